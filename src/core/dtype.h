@@ -1,0 +1,47 @@
+// Element types basalt knows, their sizes and conversions to f32.
+#pragma once
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+namespace basalt {
+
+enum class DType : uint8_t {
+  F64, F32, F16, BF16, F8_E4M3, F8_E5M2,
+  I8, I16, I32, I64, U8, U16, U32, U64, BOOL,
+  Q8_0,  // GGUF block: f16 scale d, then 32 int8 q; x = d * q
+};
+
+// Elements per block (1 for plain types) and bytes per block.
+int dtype_block_elems(DType t);
+int dtype_block_bytes(DType t);
+std::string_view dtype_name(DType t);
+// safetensors dtype strings ("F32", "BF16", "F8_E4M3", ...); false if unknown.
+bool dtype_from_safetensors(std::string_view s, DType* out);
+// Bytes for n elements; throws basalt::Error if n is not a whole number of blocks.
+size_t dtype_bytes(DType t, int64_t n);
+bool dtype_is_float(DType t);
+
+// --- scalar conversions (exact, round-to-nearest-even where narrowing) -----------------------
+inline float bf16_to_f32(uint16_t h) {
+  uint32_t u = uint32_t(h) << 16;
+  return std::bit_cast<float>(u);
+}
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u = std::bit_cast<uint32_t>(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // NaN stays NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
+float fp8_e4m3_to_f32(uint8_t v);  // OCP E4M3FN: no inf, 0x7f/0xff NaN, max 448
+float fp8_e5m2_to_f32(uint8_t v);
+
+// Reads element i of a plain (non-block) tensor as f32 / f64 / int64.
+double dtype_read_f64(DType t, const void* data, int64_t i);
+
+}  // namespace basalt

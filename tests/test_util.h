@@ -1,0 +1,48 @@
+// Helpers shared by the C++ tests.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <unistd.h>
+
+namespace basalt::test {
+
+// ../shared/fixtures (or $BASALT_FIXTURES); "" if absent.
+inline std::string fixtures_dir() {
+  const char* env = std::getenv("BASALT_FIXTURES");
+  std::string d = env ? env : BASALT_FIXTURES_DIR;
+  return std::filesystem::is_directory(d) ? d : std::string();
+}
+inline std::string source_dir() { return BASALT_SOURCE_DIR; }
+inline std::string basalt_bin() { return BASALT_BIN; }
+
+// Skips the current test with a clear message when the shared fixtures are missing.
+#define BASALT_REQUIRE_FIXTURE(var, rel)                                                   \
+  std::string var = ::basalt::test::fixtures_dir();                                        \
+  if (var.empty() || !std::filesystem::exists(var + "/" + rel))                            \
+    GTEST_SKIP() << "shared fixture '" << rel << "' not found (set BASALT_FIXTURES to the " \
+                 << "folder holding ../shared/fixtures)";                                 \
+  var += "/" rel
+
+// A fresh temporary directory, removed when the object dies.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    path = std::filesystem::temp_directory_path() /
+           ("basalt_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::string str() const { return path.string(); }
+  static int& counter() {
+    static int c = 0;
+    return c;
+  }
+};
+
+}  // namespace basalt::test
