@@ -1,0 +1,203 @@
+// Compiled once per SIMD target by Highway's foreach_target.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backends/cpu/kernels_hwy.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <cstring>
+
+#include "backends/cpu/kernels_hwy.h"
+#include "core/dtype.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace basalt::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using DF = hn::ScalableTag<float>;
+
+// Loads lanes k .. k+L-1 of one weight row as f32.
+struct RowF32 {
+  const float* p;
+  HWY_INLINE hn::Vec<DF> load(DF d, int64_t k) const { return hn::LoadU(d, p + k); }
+  HWY_INLINE float at(int64_t k) const { return p[k]; }
+};
+struct RowBF16 {
+  const hwy::bfloat16_t* p;
+  HWY_INLINE hn::Vec<DF> load(DF d, int64_t k) const {
+    const hn::Rebind<hwy::bfloat16_t, DF> dh;
+    return hn::PromoteTo(d, hn::LoadU(dh, p + k));
+  }
+  HWY_INLINE float at(int64_t k) const {
+    uint16_t u;
+    std::memcpy(&u, p + k, 2);
+    return bf16_to_f32(u);
+  }
+};
+struct RowF16 {
+  const hwy::float16_t* p;
+  HWY_INLINE hn::Vec<DF> load(DF d, int64_t k) const {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(d, hn::LoadU(dh, p + k));
+  }
+  HWY_INLINE float at(int64_t k) const {
+    uint16_t u;
+    std::memcpy(&u, p + k, 2);
+    return f16_to_f32(u);
+  }
+};
+// Q8_0: blocks of 32 = f16 scale + 32 int8; w = d * q (the product rounded to f32 first).
+struct RowQ8 {
+  const uint8_t* p;
+  HWY_INLINE float scale(int64_t k) const {
+    uint16_t u;
+    std::memcpy(&u, p + (k / 32) * 34, 2);
+    return f16_to_f32(u);
+  }
+  HWY_INLINE hn::Vec<DF> load(DF d, int64_t k) const {
+    const hn::Rebind<int8_t, DF> d8;
+    const hn::Rebind<int32_t, DF> d32;
+    const auto* q = reinterpret_cast<const int8_t*>(p + (k / 32) * 34 + 2 + k % 32);
+    auto v = hn::ConvertTo(d, hn::PromoteTo(d32, hn::LoadU(d8, q)));
+    return hn::Mul(v, hn::Set(d, scale(k)));
+  }
+  HWY_INLINE float at(int64_t k) const {
+    return scale(k) * float(reinterpret_cast<const int8_t*>(p + (k / 32) * 34 + 2)[k % 32]);
+  }
+};
+
+// R rows of x against C rows of W. Per (r, c) pair the schedule is fixed: acc0 takes vector
+// steps 0, 2, 4…, acc1 steps 1, 3, 5…, a final odd vector step goes to acc0, then the scalar
+// tail in order, then (sum(acc0 + acc1)) + tail.
+template <int R, int C, class Row>
+HWY_INLINE void Tile(const float* x, int64_t ldx, const Row* rows, int64_t K, float* y,
+                     int64_t ldy) {
+  const DF d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  hn::Vec<DF> a0[R][C], a1[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) a0[r][c] = a1[r][c] = hn::Zero(d);
+  int64_t k = 0;
+  for (; k + 2 * L <= K; k += 2 * L) {
+    hn::Vec<DF> w0[C], w1[C];
+    for (int c = 0; c < C; ++c) {
+      w0[c] = rows[c].load(d, k);
+      w1[c] = rows[c].load(d, k + L);
+    }
+    for (int r = 0; r < R; ++r) {
+      const auto x0 = hn::LoadU(d, x + r * ldx + k);
+      const auto x1 = hn::LoadU(d, x + r * ldx + k + L);
+      for (int c = 0; c < C; ++c) {
+        a0[r][c] = hn::MulAdd(x0, w0[c], a0[r][c]);
+        a1[r][c] = hn::MulAdd(x1, w1[c], a1[r][c]);
+      }
+    }
+  }
+  if (k + L <= K) {
+    for (int c = 0; c < C; ++c) {
+      const auto w0 = rows[c].load(d, k);
+      for (int r = 0; r < R; ++r)
+        a0[r][c] = hn::MulAdd(hn::LoadU(d, x + r * ldx + k), w0, a0[r][c]);
+    }
+    k += L;
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) {
+      float tail = 0.0f;
+      for (int64_t j = k; j < K; ++j) tail += x[r * ldx + j] * rows[c].at(j);
+      y[r * ldy + c] = hn::GetLane(hn::SumOfLanes(d, hn::Add(a0[r][c], a1[r][c]))) + tail;
+    }
+  }
+}
+
+template <class Row, class MakeRow>
+HWY_INLINE void MatmulT(const float* x, int64_t T, int64_t K, int64_t n0, int64_t n1, float* y,
+                        int64_t ldy, MakeRow make_row) {
+  constexpr int kC = 4;
+  int64_t n = n0;
+  for (; n + kC <= n1; n += kC) {
+    const Row rows[kC] = {make_row(n), make_row(n + 1), make_row(n + 2), make_row(n + 3)};
+    int64_t t = 0;
+    for (; t + 4 <= T; t += 4) Tile<4, kC>(x + t * K, K, rows, K, y + t * ldy + n, ldy);
+    for (; t < T; ++t) Tile<1, kC>(x + t * K, K, rows, K, y + t * ldy + n, ldy);
+  }
+  for (; n < n1; ++n) {
+    const Row rows[1] = {make_row(n)};
+    int64_t t = 0;
+    for (; t + 4 <= T; t += 4) Tile<4, 1>(x + t * K, K, rows, K, y + t * ldy + n, ldy);
+    for (; t < T; ++t) Tile<1, 1>(x + t * K, K, rows, K, y + t * ldy + n, ldy);
+  }
+}
+
+void MatmulRows(const float* x, int64_t T, const WeightRef& w, int64_t n0, int64_t n1, float* y,
+                int64_t ldy) {
+  const int64_t K = w.cols;
+  switch (w.dtype) {
+    case DType::F32: {
+      const auto* p = static_cast<const float*>(w.data);
+      MatmulT<RowF32>(x, T, K, n0, n1, y, ldy, [&](int64_t n) { return RowF32{p + n * K}; });
+      break;
+    }
+    case DType::BF16: {
+      const auto* p = static_cast<const hwy::bfloat16_t*>(w.data);
+      MatmulT<RowBF16>(x, T, K, n0, n1, y, ldy, [&](int64_t n) { return RowBF16{p + n * K}; });
+      break;
+    }
+    case DType::F16: {
+      const auto* p = static_cast<const hwy::float16_t*>(w.data);
+      MatmulT<RowF16>(x, T, K, n0, n1, y, ldy, [&](int64_t n) { return RowF16{p + n * K}; });
+      break;
+    }
+    case DType::Q8_0: {
+      const auto* p = static_cast<const uint8_t*>(w.data);
+      const int64_t row_bytes = (K / 32) * 34;
+      MatmulT<RowQ8>(x, T, K, n0, n1, y, ldy, [&](int64_t n) { return RowQ8{p + n * row_bytes}; });
+      break;
+    }
+    default:
+      break;  // rejected by CpuBackend::supports_weight before any call
+  }
+}
+
+float DotF32(const float* a, const float* b, int64_t n) {
+  float y;
+  const RowF32 rows[1] = {RowF32{b}};
+  Tile<1, 1>(a, n, rows, n, &y, 1);
+  return y;
+}
+
+void AxpyF32(float* y, float s, const float* x, int64_t n) {
+  const DF d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  const auto vs = hn::Set(d, s);
+  int64_t i = 0;
+  for (; i + L <= n; i += L)
+    hn::StoreU(hn::MulAdd(vs, hn::LoadU(d, x + i), hn::LoadU(d, y + i)), d, y + i);
+  for (; i < n; ++i) y[i] = s * x[i] + y[i];
+}
+
+const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace basalt::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace basalt::cpu {
+HWY_EXPORT(MatmulRows);
+HWY_EXPORT(DotF32);
+HWY_EXPORT(AxpyF32);
+HWY_EXPORT(TargetName);
+
+void matmul_rows(const float* x, int64_t T, const WeightRef& w, int64_t n0, int64_t n1, float* y,
+                 int64_t ldy) {
+  HWY_DYNAMIC_DISPATCH(MatmulRows)(x, T, w, n0, n1, y, ldy);
+}
+float dot_f32(const float* a, const float* b, int64_t n) {
+  return HWY_DYNAMIC_DISPATCH(DotF32)(a, b, n);
+}
+void axpy_f32(float* y, float s, const float* x, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(AxpyF32)(y, s, x, n);
+}
+const char* simd_target_name() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
+}  // namespace basalt::cpu
+#endif

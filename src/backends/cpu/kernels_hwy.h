@@ -1,0 +1,22 @@
+// SIMD kernels of the CPU backend (Highway, runtime dispatch over SSE4/AVX2/AVX-512/NEON).
+// Every dot product uses one fixed schedule per (K, dtype): two vector accumulators over
+// alternating vector steps, a scalar tail, then a fixed combine. Tiling over rows of x or W
+// never changes that schedule, so results do not depend on T or on the thread count.
+#pragma once
+#include <cstdint>
+
+#include "ops/backend.h"
+
+namespace basalt::cpu {
+
+// y[t, n] for t in [0, T), n in [n0, n1): y row stride ldy.
+void matmul_rows(const float* x, int64_t T, const WeightRef& w, int64_t n0, int64_t n1, float* y,
+                 int64_t ldy);
+// Dot product of two f32 vectors with the same schedule as matmul_rows for F32 weights.
+float dot_f32(const float* a, const float* b, int64_t n);
+// y[i] += s * x[i]
+void axpy_f32(float* y, float s, const float* x, int64_t n);
+// Name of the SIMD target chosen at run time (e.g. "AVX3").
+const char* simd_target_name();
+
+}  // namespace basalt::cpu

@@ -1,0 +1,93 @@
+#include "engine/generator.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+
+namespace basalt {
+
+namespace {
+double now_s() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+void Generator::prefill(std::span<const int32_t> tokens, int64_t chunk, KvCache& kv,
+                        std::vector<float>& last_logits) {
+  const int64_t T = int64_t(tokens.size());
+  if (chunk <= 0) chunk = T;
+  last_logits.resize(size_t(model_.config().vocab));
+  for (int64_t i = 0; i < T; i += chunk) {
+    const int64_t n = std::min(chunk, T - i);
+    model_.forward(be_, tokens.subspan(size_t(i), size_t(n)), kv, last_logits.data(), false);
+  }
+}
+
+GenerateStats Generator::generate(std::span<const int32_t> prompt, const GenerateOptions& opt,
+                                  const std::function<bool(int32_t)>& on_token) {
+  const ModelConfig& c = model_.config();
+  GenerateStats st;
+  st.prompt_tokens = int64_t(prompt.size());
+  if (prompt.empty()) fail("[generate] the prompt is empty (and the model has no BOS token)");
+  const int64_t ctx = opt.max_context > 0 ? std::min(opt.max_context, c.max_context) : c.max_context;
+  if (st.prompt_tokens >= ctx)
+    fail("[generate] the prompt has {} tokens; the context holds {}", st.prompt_tokens, ctx);
+  const int64_t capacity = std::min(ctx, st.prompt_tokens + std::max<int64_t>(opt.max_new_tokens, 0));
+  auto kv = model_.new_kv_cache(std::max<int64_t>(capacity, st.prompt_tokens + 1));
+
+  std::vector<int32_t> history(prompt.begin(), prompt.end());
+  std::vector<float> logits;
+  double t0 = now_s();
+  prefill(prompt, opt.prefill_chunk, *kv, logits);
+  st.prefill_s = now_s() - t0;
+
+  t0 = now_s();
+  st.stop_reason = "length";
+  for (int64_t i = 0; i < opt.max_new_tokens; ++i) {
+    const int64_t pos = int64_t(history.size());
+    const int32_t tok = sample_token(logits, opt.sampling, history, pos);
+    history.push_back(tok);
+    const bool is_eos = std::find(c.eos_ids.begin(), c.eos_ids.end(), tok) != c.eos_ids.end();
+    if (is_eos && !opt.ignore_eos) {
+      st.stop_reason = "eos";
+      break;
+    }
+    if (std::find(opt.stop_ids.begin(), opt.stop_ids.end(), tok) != opt.stop_ids.end()) {
+      st.stop_reason = "stop";
+      break;
+    }
+    ++st.generated;
+    if (!on_token(tok)) {
+      st.stop_reason = "callback";
+      break;
+    }
+    if (i + 1 == opt.max_new_tokens) break;
+    if (kv->length() + 1 > kv->capacity()) {
+      st.stop_reason = "context";
+      break;
+    }
+    const int32_t one[1] = {tok};
+    model_.forward(be_, one, *kv, logits.data(), false);
+  }
+  st.decode_s = now_s() - t0;
+  return st;
+}
+
+std::vector<float> Generator::logits(std::span<const int32_t> tokens, int64_t chunk) {
+  const int64_t T = int64_t(tokens.size()), V = model_.config().vocab;
+  if (T == 0) fail("[logits] no tokens given");
+  if (T > model_.config().max_context)
+    fail("[logits] {} tokens exceed the context length {}", T, model_.config().max_context);
+  if (chunk <= 0) chunk = T;
+  auto kv = model_.new_kv_cache(T);
+  std::vector<float> out(size_t(T * V));
+  for (int64_t i = 0; i < T; i += chunk) {
+    const int64_t n = std::min(chunk, T - i);
+    model_.forward(be_, tokens.subspan(size_t(i), size_t(n)), *kv, out.data() + i * V, true);
+  }
+  return out;
+}
+
+}  // namespace basalt

@@ -1,0 +1,50 @@
+// Generator: one sequence through a model: chunked prefill, then sampled decode steps.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "models/model.h"
+
+namespace basalt {
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 128;
+  SamplingParams sampling;
+  int64_t prefill_chunk = 0;        // 0: the whole prompt in one pass
+  std::vector<int32_t> stop_ids;    // besides the model's EOS ids
+  bool ignore_eos = false;
+  int64_t max_context = 0;          // 0: the model's context length
+};
+
+struct GenerateStats {
+  int64_t prompt_tokens = 0, generated = 0;
+  double prefill_s = 0, decode_s = 0;
+  std::string stop_reason;  // "eos", "stop", "length", "context", "callback"
+};
+
+class Generator {
+ public:
+  Generator(Model& model, Backend& backend) : model_(model), be_(backend) {}
+
+  // Calls on_token(id) for each generated token (EOS/stop tokens excluded); returning false
+  // stops the generation. Throws basalt::Error if the prompt does not fit the context.
+  GenerateStats generate(std::span<const int32_t> prompt, const GenerateOptions& opt,
+                         const std::function<bool(int32_t)>& on_token);
+
+  // Logits [T, V] at every position of tokens, prefilled in chunks of `chunk` (0 = whole).
+  std::vector<float> logits(std::span<const int32_t> tokens, int64_t chunk);
+
+ private:
+  // Runs tokens through the model in chunks; leaves the last row's logits in last_logits.
+  void prefill(std::span<const int32_t> tokens, int64_t chunk, KvCache& kv,
+               std::vector<float>& last_logits);
+  Model& model_;
+  Backend& be_;
+};
+
+}  // namespace basalt

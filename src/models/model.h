@@ -1,0 +1,87 @@
+// A decoder-only transformer loaded from a checkpoint: its configuration, its weights (views
+// into the checkpoint's mmap where the dtype allows, converted copies otherwise) and the
+// forward pass shared by every architecture (models/transformer.cpp). Each architecture
+// file (llama.cpp, qwen3.cpp) only reads its config and names its tensors.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "io/checkpoint.h"
+#include "kv/kv_cache.h"
+#include "ops/backend.h"
+
+namespace basalt {
+
+struct RopeConfig {
+  float theta = 10000.0f;
+  int64_t dim = 0;  // rotated dims per head (≤ head_dim)
+  RopeStyle style = RopeStyle::NeoX;
+  std::string scaling = "none";  // "none" | "linear" | "llama3"
+  float factor = 1.0f, low_freq_factor = 1.0f, high_freq_factor = 4.0f;
+  int64_t original_max_position = 8192;
+  std::vector<float> freq_factors;  // GGUF rope_freqs.weight (divides the frequencies)
+};
+
+struct ModelConfig {
+  std::string arch;      // "llama" | "qwen3"
+  std::string hf_class;  // e.g. "LlamaForCausalLM"
+  int64_t vocab = 0, hidden = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0,
+          intermediate = 0, max_context = 0;
+  float rms_eps = 1e-6f;
+  bool tied_embeddings = false;
+  bool qk_norm = false;
+  bool attention_bias = false;
+  RopeConfig rope;
+  std::vector<int32_t> eos_ids;  // from generation_config / config / GGUF
+  int32_t bos_id = -1;
+};
+
+struct LayerWeights {
+  std::vector<float> attn_norm, ffn_norm, q_norm, k_norm;  // [E], [E], [D], [D]
+  WeightRef wq, wk, wv, wo;                                // [H·D, E] [Hkv·D, E] … [E, H·D]
+  std::vector<float> bq, bk, bv, bo;                       // optional biases
+  WeightRef w_gate, w_up, w_down;                          // [F, E] [F, E] [E, F]
+};
+
+struct ModelWeights {
+  WeightRef embed;  // [V, E]
+  std::vector<float> out_norm;
+  WeightRef lm_head;  // [V, E] (the embedding when tied)
+  std::vector<LayerWeights> layers;
+  std::vector<std::shared_ptr<void>> owned;  // converted copies (e.g. F64 → F32)
+};
+
+class Model {
+ public:
+  Model(ModelConfig cfg, ModelWeights w, io::Checkpoint ckpt);
+
+  const ModelConfig& config() const { return cfg_; }
+  const io::Checkpoint& checkpoint() const { return ckpt_; }
+  int64_t param_count() const;
+  std::string weight_dtypes() const;  // e.g. "BF16 (matrices), F32 (norms)"
+
+  // Runs tokens at positions [kv.length(), kv.length() + T) of one sequence, appends their
+  // keys/values to kv, and writes logits [T, V] (all_logits) or [1, V] (last row only).
+  void forward(Backend& be, std::span<const int32_t> tokens, KvCache& kv, float* logits,
+               bool all_logits);
+  std::unique_ptr<KvCache> new_kv_cache(int64_t capacity) const;
+
+ private:
+  void rope_tables(int64_t pos0, int64_t T);
+  ModelConfig cfg_;
+  ModelWeights w_;
+  io::Checkpoint ckpt_;
+  std::vector<float> inv_freq_;  // [rope.dim / 2]
+  // Scratch of one pass, grown on demand (the planner replaces this with the CUDA issue).
+  std::vector<float> x_, xn_, q_, k_, v_, att_, o_, gate_, up_, cos_, sin_;
+};
+
+// Opens the checkpoint at path ("" = embedded default model) and builds the model.
+// Throws basalt::Error naming the file and the problem for every bad input.
+std::unique_ptr<Model> model_load(const std::string& path);
+std::unique_ptr<Model> model_from_checkpoint(io::Checkpoint ckpt);
+
+}  // namespace basalt

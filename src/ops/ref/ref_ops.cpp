@@ -1,0 +1,169 @@
+#include "ops/ref/ref_ops.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+
+namespace basalt::ref {
+
+void weight_row_f32(const WeightRef& w, int64_t n, float* out) {
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  const int64_t K = w.cols;
+  switch (w.dtype) {
+    case DType::F32:
+      std::memcpy(out, base + n * K * 4, size_t(K) * 4);
+      return;
+    case DType::F16: {
+      const auto* p = reinterpret_cast<const uint16_t*>(base) + n * K;
+      for (int64_t k = 0; k < K; ++k) out[k] = f16_to_f32(p[k]);
+      return;
+    }
+    case DType::BF16: {
+      const auto* p = reinterpret_cast<const uint16_t*>(base) + n * K;
+      for (int64_t k = 0; k < K; ++k) out[k] = bf16_to_f32(p[k]);
+      return;
+    }
+    case DType::Q8_0: {
+      const uint8_t* row = base + n * (K / 32) * 34;
+      for (int64_t b = 0; b < K / 32; ++b) {
+        uint16_t dh;
+        std::memcpy(&dh, row + b * 34, 2);
+        const float d = f16_to_f32(dh);
+        const auto* q = reinterpret_cast<const int8_t*>(row + b * 34 + 2);
+        for (int j = 0; j < 32; ++j) out[b * 32 + j] = d * float(q[j]);
+      }
+      return;
+    }
+    default:
+      fail("[ops] matmul weight dtype {} not supported", dtype_name(w.dtype));
+  }
+}
+
+void matmul(const float* x, int64_t T, const WeightRef& w, float* y) {
+  const int64_t N = w.rows, K = w.cols;
+  std::vector<float> row(static_cast<size_t>(K));
+  for (int64_t n = 0; n < N; ++n) {
+    weight_row_f32(w, n, row.data());
+    for (int64_t t = 0; t < T; ++t) {
+      const float* xt = x + t * K;
+      float acc = 0.0f;
+      for (int64_t k = 0; k < K; ++k) acc += xt[k] * row[k];
+      y[t * N + n] = acc;
+    }
+  }
+}
+
+void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t n, float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    float ss = 0.0f;
+    for (int64_t i = 0; i < n; ++i) ss += xr[i] * xr[i];
+    const float inv = 1.0f / std::sqrt(ss / float(n) + eps);
+    for (int64_t i = 0; i < n; ++i) y[r * n + i] = (xr[i] * inv) * w[i];
+  }
+}
+
+void embedding(const WeightRef& table, const int32_t* ids, int64_t T, float* out) {
+  for (int64_t t = 0; t < T; ++t) {
+    if (ids[t] < 0 || ids[t] >= table.rows)
+      fail("[ops] token id {} out of range [0, {})", ids[t], table.rows);
+    weight_row_f32(table, ids[t], out + t * table.cols);
+  }
+}
+
+void rope(float* x, int64_t T, int64_t heads, int64_t D, int64_t rot, const float* cos,
+          const float* sin, RopeStyle style) {
+  const int64_t half = rot / 2;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = x + (t * heads + h) * D;
+      for (int64_t i = 0; i < half; ++i) {
+        const int64_t a = style == RopeStyle::NeoX ? i : 2 * i;
+        const int64_t b = style == RopeStyle::NeoX ? i + half : 2 * i + 1;
+        const float c = cos[t * half + i], s = sin[t * half + i];
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * c - x1 * s;
+        v[b] = x1 * c + x0 * s;
+      }
+    }
+  }
+}
+
+void attention(const AttentionArgs& a) {
+  const int64_t group = a.H / a.Hkv;
+  std::vector<float> s(size_t(a.pos0 + a.T));
+  for (int64_t t = 0; t < a.T; ++t) {
+    const int64_t n_keys = a.pos0 + t + 1;
+    for (int64_t h = 0; h < a.H; ++h) {
+      const int64_t hk = h / group;
+      const float* q = a.q + (t * a.H + h) * a.D;
+      float m = -INFINITY;
+      for (int64_t j = 0; j < n_keys; ++j) {
+        const float* k = a.k + (j * a.Hkv + hk) * a.D;
+        float d = 0.0f;
+        for (int64_t i = 0; i < a.D; ++i) d += q[i] * k[i];
+        s[j] = d * a.scale;
+        m = std::max(m, s[j]);
+      }
+      float sum = 0.0f;
+      for (int64_t j = 0; j < n_keys; ++j) {
+        s[j] = std::exp(s[j] - m);
+        sum += s[j];
+      }
+      float* o = a.out + (t * a.H + h) * a.D;
+      for (int64_t i = 0; i < a.D; ++i) o[i] = 0.0f;
+      for (int64_t j = 0; j < n_keys; ++j) {
+        const float* v = a.v + (j * a.Hkv + hk) * a.D;
+        for (int64_t i = 0; i < a.D; ++i) o[i] += s[j] * v[i];
+      }
+      const float inv = 1.0f / sum;
+      for (int64_t i = 0; i < a.D; ++i) o[i] *= inv;
+    }
+  }
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void add(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+namespace {
+class RefBackend final : public Backend {
+ public:
+  std::string name() const override { return "ref"; }
+  bool supports_weight(DType t) const override {
+    return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0;
+  }
+  void matmul(const float* x, int64_t T, const WeightRef& w, float* y) override {
+    ref::matmul(x, T, w, y);
+  }
+  void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t n,
+               float eps) override {
+    ref::rmsnorm(x, w, y, rows, n, eps);
+  }
+  void embedding(const WeightRef& t, const int32_t* ids, int64_t T, float* out) override {
+    ref::embedding(t, ids, T, out);
+  }
+  void rope(float* x, int64_t T, int64_t heads, int64_t D, int64_t rot, const float* c,
+            const float* s, RopeStyle st) override {
+    ref::rope(x, T, heads, D, rot, c, s, st);
+  }
+  void attention(const AttentionArgs& a) override { ref::attention(a); }
+  void swiglu(const float* g, const float* u, float* o, int64_t n) override {
+    ref::swiglu(g, u, o, n);
+  }
+  void add(float* y, const float* x, int64_t n) override { ref::add(y, x, n); }
+};
+}  // namespace
+
+std::unique_ptr<Backend> make_ref_backend() { return std::make_unique<RefBackend>(); }
+
+}  // namespace basalt::ref

@@ -1,0 +1,26 @@
+// Scalar reference implementations of every op: the oracle the fast kernels are tested
+// against. Plain loops, sums in index order, fp32 like the fast paths (so the reference
+// measures kernel error, not precision policy).
+#pragma once
+#include <memory>
+
+#include "ops/backend.h"
+
+namespace basalt::ref {
+
+// Row n of W as f32 (handles F32/F16/BF16/Q8_0): out[K].
+void weight_row_f32(const WeightRef& w, int64_t n, float* out);
+
+void matmul(const float* x, int64_t T, const WeightRef& w, float* y);
+void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t n, float eps);
+void embedding(const WeightRef& table, const int32_t* ids, int64_t T, float* out);
+void rope(float* x, int64_t T, int64_t heads, int64_t D, int64_t rot, const float* cos,
+          const float* sin, RopeStyle style);
+void attention(const AttentionArgs& a);
+void swiglu(const float* gate, const float* up, float* out, int64_t n);
+void add(float* y, const float* x, int64_t n);
+
+// The reference as a Backend (slow; for tests and as the definition of each op).
+std::unique_ptr<Backend> make_ref_backend();
+
+}  // namespace basalt::ref
