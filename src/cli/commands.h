@@ -1,0 +1,25 @@
+// The basalt subcommands. Each registers its options on the CLI11 app and returns the
+// function that runs it (exit code). stdout carries only the command's output (generated
+// text, ids, tables); logs and statistics go to stderr.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace basalt::cli {
+
+using Runner = std::function<int()>;
+
+Runner add_generate(CLI::App& app);
+Runner add_tokenize(CLI::App& app);
+Runner add_detokenize(CLI::App& app);
+Runner add_logits(CLI::App& app);
+Runner add_info(CLI::App& app);
+
+// "1,2,3", "1 2 3" or "[1, 2, 3]" → ids; throws basalt::Error on anything else.
+std::vector<int32_t> parse_ids(const std::string& s);
+// Human-readable model path for messages ("" is the embedded default model).
+std::string model_label(const std::string& path);
+
+}  // namespace basalt::cli

@@ -1,0 +1,176 @@
+// Every CPU kernel against the scalar reference (ops/ref), on random data and awkward
+// shapes. Tolerances: fp32 accumulation in a different order than the reference's serial
+// sum gives relative errors ~1e-6·sqrt(K); we allow 1e-5 relative to the row's magnitude.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "core/dtype.h"
+#include "ops/ref/ref_ops.h"
+
+namespace basalt {
+namespace {
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// Weight storage of one dtype built from f32 values (rounded like a checkpoint would be).
+struct TestWeight {
+  std::vector<uint8_t> bytes;
+  WeightRef ref;
+  TestWeight(DType t, int64_t N, int64_t K, const std::vector<float>& v) {
+    ref = {t, N, K, nullptr};
+    if (t == DType::F32) {
+      bytes.resize(v.size() * 4);
+      std::memcpy(bytes.data(), v.data(), bytes.size());
+    } else if (t == DType::F16 || t == DType::BF16) {
+      bytes.resize(v.size() * 2);
+      auto* p = reinterpret_cast<uint16_t*>(bytes.data());
+      for (size_t i = 0; i < v.size(); ++i) p[i] = t == DType::F16 ? f32_to_f16(v[i]) : f32_to_bf16(v[i]);
+    } else if (t == DType::Q8_0) {
+      bytes.resize(size_t(N * (K / 32) * 34));
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t b = 0; b < K / 32; ++b) {
+          float amax = 0;
+          for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[size_t(n * K + b * 32 + j)]));
+          const float d = amax / 127.0f;
+          uint8_t* blk = bytes.data() + (n * (K / 32) + b) * 34;
+          const uint16_t dh = f32_to_f16(d);
+          std::memcpy(blk, &dh, 2);
+          for (int j = 0; j < 32; ++j) {
+            const float x = v[size_t(n * K + b * 32 + j)];
+            blk[2 + j] = uint8_t(int8_t(d == 0 ? 0 : std::lround(x / d)));
+          }
+        }
+    }
+    ref.data = bytes.data();
+  }
+};
+
+struct MatmulShape {
+  int64_t T, N, K;
+  DType dtype;
+};
+
+class MatmulVsRef : public ::testing::TestWithParam<MatmulShape> {};
+
+TEST_P(MatmulVsRef, MatchesReference) {
+  const auto [T, N, K, dt] = GetParam();
+  const auto x = randn(size_t(T * K), 1);
+  TestWeight w(dt, N, K, randn(size_t(N * K), 2, 0.5f));
+  std::vector<float> want(size_t(T * N)), got(size_t(T * N), NAN);
+  ref::matmul(x.data(), T, w.ref, want.data());
+  auto be = cpu::make_cpu_backend(2);
+  be->matmul(x.data(), T, w.ref, got.data());
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t n = 0; n < N; ++n) {
+      // Error bound: eps · Σ|x·w| per element.
+      std::vector<float> row(static_cast<size_t>(K));
+      ref::weight_row_f32(w.ref, n, row.data());
+      double mag = 0;
+      for (int64_t k = 0; k < K; ++k) mag += std::fabs(double(x[size_t(t * K + k)]) * row[size_t(k)]);
+      ASSERT_NEAR(got[size_t(t * N + n)], want[size_t(t * N + n)], 1e-6 * mag + 1e-30)
+          << "t=" << t << " n=" << n;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AwkwardShapes, MatmulVsRef,
+    ::testing::Values(MatmulShape{1, 1, 1, DType::F32}, MatmulShape{1, 31, 33, DType::F32},
+                      MatmulShape{7, 33, 127, DType::F32}, MatmulShape{5, 17, 64, DType::BF16},
+                      MatmulShape{9, 31, 127, DType::BF16}, MatmulShape{3, 33, 255, DType::F16},
+                      MatmulShape{1, 64, 1000, DType::F16}, MatmulShape{6, 19, 96, DType::Q8_0},
+                      MatmulShape{1, 127, 256, DType::Q8_0}, MatmulShape{16, 64, 64, DType::F32}));
+
+// The exactness contract at the kernel level: row t of a T-row matmul is bitwise the
+// result of the same row alone (T=1), and the thread count changes nothing.
+TEST(MatmulExact, RowsIndependentOfTAndThreads) {
+  const int64_t T = 13, N = 37, K = 200;
+  for (DType dt : {DType::F32, DType::BF16, DType::F16, DType::Q8_0}) {
+    const int64_t KK = dt == DType::Q8_0 ? 224 : K;
+    const auto x = randn(size_t(T * KK), 3);
+    TestWeight w(dt, N, KK, randn(size_t(N * KK), 4));
+    auto be1 = cpu::make_cpu_backend(1), be2 = cpu::make_cpu_backend(2);
+    std::vector<float> all(size_t(T * N)), all1(size_t(T * N)), one(static_cast<size_t>(N));
+    be2->matmul(x.data(), T, w.ref, all.data());
+    be1->matmul(x.data(), T, w.ref, all1.data());
+    EXPECT_EQ(0, std::memcmp(all.data(), all1.data(), all.size() * 4)) << dtype_name(dt);
+    for (int64_t t = 0; t < T; ++t) {
+      be2->matmul(x.data() + t * KK, 1, w.ref, one.data());
+      EXPECT_EQ(0, std::memcmp(one.data(), all.data() + t * N, size_t(N) * 4))
+          << dtype_name(dt) << " row " << t;
+    }
+  }
+}
+
+TEST(OpsVsRef, RmsnormSwigluAddEmbeddingRope) {
+  auto be = cpu::make_cpu_backend(2);
+  const int64_t rows = 7, n = 33;
+  const auto x = randn(size_t(rows * n), 5), w = randn(size_t(n), 6);
+  std::vector<float> a(x.size()), b(x.size());
+  ref::rmsnorm(x.data(), w.data(), a.data(), rows, n, 1e-6f);
+  be->rmsnorm(x.data(), w.data(), b.data(), rows, n, 1e-6f);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-6f * std::fabs(a[i]) + 1e-7f);
+
+  const auto g = randn(1031, 7), u = randn(1031, 8);
+  std::vector<float> s1(1031), s2(1031);
+  ref::swiglu(g.data(), u.data(), s1.data(), 1031);
+  be->swiglu(g.data(), u.data(), s2.data(), 1031);
+  for (size_t i = 0; i < s1.size(); ++i) EXPECT_FLOAT_EQ(s1[i], s2[i]);
+
+  const int64_t V = 11, E = 9;
+  const auto table = randn(size_t(V * E), 9);
+  TestWeight tw(DType::BF16, V, E, table);
+  const int32_t ids[3] = {10, 0, 4};
+  std::vector<float> e1(3 * E), e2(3 * E);
+  ref::embedding(tw.ref, ids, 3, e1.data());
+  be->embedding(tw.ref, ids, 3, e2.data());
+  EXPECT_EQ(e1, e2);
+
+  for (RopeStyle st : {RopeStyle::NeoX, RopeStyle::Interleaved}) {
+    const int64_t T = 3, heads = 2, D = 10, rot = 6;
+    auto q = randn(size_t(T * heads * D), 10);
+    const auto c = randn(size_t(T * rot / 2), 11), s = randn(size_t(T * rot / 2), 12);
+    auto q1 = q, q2 = q;
+    ref::rope(q1.data(), T, heads, D, rot, c.data(), s.data(), st);
+    be->rope(q2.data(), T, heads, D, rot, c.data(), s.data(), st);
+    EXPECT_EQ(q1, q2);
+    // Dims past `rot` are untouched.
+    for (int64_t t = 0; t < T * heads; ++t)
+      for (int64_t i = rot; i < D; ++i) EXPECT_EQ(q1[size_t(t * D + i)], q[size_t(t * D + i)]);
+  }
+}
+
+TEST(OpsVsRef, AttentionGqaMatchesReferenceAndIsRowExact) {
+  const int64_t P = 45, H = 6, Hkv = 2, D = 24;
+  const auto k = randn(size_t(P * Hkv * D), 13), v = randn(size_t(P * Hkv * D), 14);
+  const int64_t pos0 = 30, T = 15;
+  const auto q = randn(size_t(T * H * D), 15);
+  std::vector<float> want(q.size()), got(q.size());
+  AttentionArgs a{q.data(), k.data(), v.data(), want.data(), T, H, Hkv, D, pos0, 0.2f};
+  ref::attention(a);
+  auto be = cpu::make_cpu_backend(2);
+  a.out = got.data();
+  be->attention(a);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(want[i], got[i], 2e-6f);
+  // Each row alone (as a decode step at its position) is bitwise the same.
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<float> one(size_t(H * D));
+    AttentionArgs b{q.data() + t * H * D, k.data(), v.data(), one.data(), 1, H, Hkv, D, pos0 + t, 0.2f};
+    be->attention(b);
+    EXPECT_EQ(0, std::memcmp(one.data(), got.data() + t * H * D, one.size() * 4)) << "row " << t;
+  }
+}
+
+}  // namespace
+}  // namespace basalt
