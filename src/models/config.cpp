@@ -104,6 +104,10 @@ void hf_common(const json& config, const std::string& file, ModelConfig& c) {
          file, c.n_heads, c.n_kv_heads);
   if (c.head_dim <= 0 || c.head_dim % 2 != 0)
     fail("[config] {}: head_dim {} must be positive and even", file, c.head_dim);
+  if (auto it = config.find("hidden_act"); it != config.end() && it->is_string() &&
+                                            it->get<std::string>() != "silu")
+    fail("[config] {}: hidden_act '{}' is not supported (SwiGLU MLPs use silu)", file,
+         it->get<std::string>());
   c.rope.dim = c.head_dim;
   hf_rope(config, file, c);
   if (auto it = config.find("eos_token_id"); it != config.end()) c.eos_ids = ids_of(*it);
