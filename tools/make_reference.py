@@ -613,6 +613,50 @@ def generate_case(case: Case, out: Path) -> list[dict]:
     return results
 
 
+@torch.no_grad()
+def default_model_reference(out: Path, repo: Path) -> None:
+    """References for the trained default model (models/default), which basalt embeds: the
+    model itself is not copied, only its logits, tokenization and greedy continuation."""
+    from transformers import AutoTokenizer
+    model_dir = repo / "models" / "default"
+    if not (model_dir / "config.json").exists():
+        print("[default_model] models/default not found, skipped")
+        return
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = load_f32(model_dir)
+    text = "In the beginning God created the heaven and the earth. And the earth was without form"
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    logits = model(torch.tensor([ids]), use_cache=False).logits[0].float().numpy()
+    prompt_text = "And it came to pass"
+    prompt = tok(prompt_text, add_special_tokens=False)["input_ids"]
+    gen = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                         do_sample=False, max_new_tokens=48, min_new_tokens=48,
+                         return_dict_in_generate=True, output_logits=True,
+                         pad_token_id=tok.pad_token_id or 0)
+    new_ids = gen.sequences[0, len(prompt):].tolist()
+    margins = [float((np.sort(r)[-1] - np.sort(r)[-2]) / np.abs(r).max())
+               for r in torch.stack(gen.logits, 0)[:, 0].float().numpy()]
+    # Keep the continuation up to the first near-tie (a trained model has some): past it, a
+    # last-bit difference could legitimately pick the other token.
+    keep = next((i for i, m in enumerate(margins) if m < 1e-4), len(margins))
+    new_ids, margins = new_ids[:keep], margins[:keep]
+    d = out / "default_model"
+    d.mkdir(parents=True, exist_ok=True)
+    np.save(d / "logits.npy", logits.astype(np.float32), allow_pickle=False)
+    ref = {
+        "case": "default_model", "architecture": "Qwen3ForCausalLM", "dtype": "bfloat16",
+        "model_dir": "models/default", "text": text, "input_ids": ids,
+        "logits_file": "logits.npy", "logits_shape": list(logits.shape),
+        "max_abs_logit": float(np.abs(logits).max()),
+        "greedy_prompt_text": prompt_text, "greedy_prompt": prompt, "greedy_ids": new_ids,
+        "greedy_text": tok.decode(new_ids), "greedy_min_rel_margin": round(min(margins), 6),
+        "transformers_version": transformers.__version__,
+        "torch_version": torch.__version__.split("+")[0],
+    }
+    (d / "reference.json").write_text(json.dumps(ref, indent=2, ensure_ascii=False) + "\n")
+    print(f"default_model: min greedy margin {min(margins):.4f} of max|logit|")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path("tests/golden"))
@@ -634,6 +678,7 @@ def main() -> None:
             for r in results:
                 print(f"{r['path'].relative_to(args.out)}: seed {r['seed']}, "
                       f"min greedy margin {r['margin']:.4f} of max|logit|")
+        default_model_reference(args.out, Path(__file__).resolve().parent.parent)
     if args.verify or args.verify_only:
         for case in CASES:
             ref = json.loads((args.out / case.name / "reference.json").read_text())

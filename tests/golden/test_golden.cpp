@@ -13,6 +13,7 @@
 #include "models/model.h"
 #include "ops/ref/ref_ops.h"
 #include "test_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace basalt {
 namespace {
@@ -32,9 +33,16 @@ std::vector<GoldenCase> golden_cases() {
   const std::string dir = test::source_dir() + "/tests/golden";
   std::vector<GoldenCase> out;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    if (e.is_directory() && std::filesystem::exists(e.path() / "reference.json"))
-      out.push_back({e.path().filename().string(), e.path().string(),
-                     (e.path() / "reference.json").string()});
+    if (!e.is_directory() || !std::filesystem::exists(e.path() / "reference.json")) continue;
+    const std::string ref = (e.path() / "reference.json").string();
+    const json j = read_json(ref);
+    if (j.contains("model_dir")) {  // the default model: its files and the embedded copy
+      out.push_back({e.path().filename().string(),
+                     test::source_dir() + "/" + j["model_dir"].get<std::string>(), ref});
+      out.push_back({e.path().filename().string() + "_embedded", "", ref});
+    } else {
+      out.push_back({e.path().filename().string(), e.path().string(), ref});
+    }
   }
   for (const auto& e : std::filesystem::directory_iterator(dir + "/gguf")) {
     const std::string p = e.path().string();
@@ -87,6 +95,12 @@ TEST_P(Golden, LogitsAndGreedyMatchTransformers) {
     return true;
   });
   EXPECT_EQ(got_ids, want_ids) << gc.name;
+
+  if (ref.contains("text")) {  // real tokenizer: same ids and text as transformers
+    auto tok = tok::tokenizer_from_checkpoint(model->checkpoint());
+    EXPECT_EQ(tok->encode(ref["text"].get<std::string>(), false, true), ids);
+    EXPECT_EQ(tok->decode(got_ids), ref["greedy_text"].get<std::string>());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Transformers, Golden, ::testing::ValuesIn(golden_cases()),
