@@ -2,10 +2,10 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
-#include <unistd.h>
 
 namespace basalt::test {
 
@@ -15,15 +15,19 @@ inline std::string fixtures_dir() {
   std::string d = env ? env : BASALT_FIXTURES_DIR;
   return std::filesystem::is_directory(d) ? d : std::string();
 }
-inline std::string source_dir() { return BASALT_SOURCE_DIR; }
-inline std::string basalt_bin() { return BASALT_BIN; }
+inline std::string source_dir() {
+  return BASALT_SOURCE_DIR;
+}
+inline std::string basalt_bin() {
+  return BASALT_BIN;
+}
 
 // Skips the current test with a clear message when the shared fixtures are missing.
-#define BASALT_REQUIRE_FIXTURE(var, rel)                                                   \
-  std::string var = ::basalt::test::fixtures_dir();                                        \
-  if (var.empty() || !std::filesystem::exists(var + "/" + rel))                            \
+#define BASALT_REQUIRE_FIXTURE(var, rel)                                                    \
+  std::string var = ::basalt::test::fixtures_dir();                                         \
+  if (var.empty() || !std::filesystem::exists(var + "/" + rel))                             \
     GTEST_SKIP() << "shared fixture '" << rel << "' not found (set BASALT_FIXTURES to the " \
-                 << "folder holding ../shared/fixtures)";                                 \
+                 << "folder holding ../shared/fixtures)";                                   \
   var += "/" rel
 
 // A fresh temporary directory, removed when the object dies.

@@ -52,8 +52,8 @@ int run_bench(const BenchArgs& a) {
       double t0 = now_s();
       const int64_t chunk = a.prefill_chunk > 0 ? a.prefill_chunk : P;
       for (int64_t i = 0; i < P; i += chunk)
-        model->forward(*be, std::span(ids).subspan(size_t(i), size_t(std::min(chunk, P - i))),
-                       *kv, logits.data(), false);
+        model->forward(*be, std::span(ids).subspan(size_t(i), size_t(std::min(chunk, P - i))), *kv,
+                       logits.data(), false);
       pre.push_back(now_s() - t0);
       t0 = now_s();
       for (int64_t i = 0; i < a.n; ++i) {
@@ -65,10 +65,10 @@ int run_bench(const BenchArgs& a) {
     const double pre_s = median(pre), dec_s = median(dec);
     const double pre_tps = double(P) / pre_s, dec_tps = a.n > 0 ? double(a.n) / dec_s : 0.0;
     if (a.json) {
-      nlohmann::json j = {{"backend", be->name()}, {"context", P + a.n}, {"prompt_tokens", P},
-                          {"decode_tokens", a.n},  {"prefill_tok_s", pre_tps},
-                          {"decode_tok_s", dec_tps}, {"ttft_ms", pre_s * 1e3},
-                          {"repeats", a.repeats}};
+      nlohmann::json j = {{"backend", be->name()},    {"context", P + a.n},
+                          {"prompt_tokens", P},       {"decode_tokens", a.n},
+                          {"prefill_tok_s", pre_tps}, {"decode_tok_s", dec_tps},
+                          {"ttft_ms", pre_s * 1e3},   {"repeats", a.repeats}};
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("%-10s %8lld %8lld %14.1f %14.2f %10.1f\n", "cpu", (long long)P, (long long)a.n,
@@ -85,7 +85,8 @@ Runner add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* sc = app.add_subcommand("bench", "Measure prefill and decode speed");
   sc->add_option("-m,--model", a->model, "HF model directory or .gguf (default: embedded)");
-  sc->add_option("-p,--prompt-tokens", a->prompts, "Prompt lengths, e.g. -p 128,512")->delimiter(',');
+  sc->add_option("-p,--prompt-tokens", a->prompts, "Prompt lengths, e.g. -p 128,512")
+      ->delimiter(',');
   sc->add_option("-n,--decode-tokens", a->n, "Decode steps per run");
   sc->add_option("-r,--repeats", a->repeats, "Runs per configuration (median reported)")
       ->check(CLI::Range(1, 1000));

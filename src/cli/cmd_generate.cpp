@@ -51,8 +51,9 @@ SamplingParams sampling_from(const GenerateArgs& a, const nlohmann::json& gen) {
   p.seed = a.seed ? *a.seed : std::random_device{}();
   if (p.temperature < 0 || p.top_p <= 0 || p.top_p > 1 || p.min_p < 0 || p.min_p > 1 ||
       p.top_k < 0 || p.repetition_penalty <= 0)
-    fail("[generate] invalid sampling parameters (temperature ≥ 0, 0 < top-p ≤ 1, "
-         "0 ≤ min-p ≤ 1, top-k ≥ 0, repeat-penalty > 0)");
+    fail(
+        "[generate] invalid sampling parameters (temperature ≥ 0, 0 < top-p ≤ 1, "
+        "0 ≤ min-p ≤ 1, top-k ≥ 0, repeat-penalty > 0)");
   return p;
 }
 
@@ -63,8 +64,10 @@ int run_generate(const GenerateArgs& a) {
 
   std::vector<int32_t> prompt = tok->encode(a.prompt, /*add_special=*/true, /*parse_special=*/true);
   if (prompt.empty()) {
-    if (model->config().bos_id >= 0) prompt.push_back(model->config().bos_id);
-    else fail("[generate] the prompt is empty and the model has no BOS token: pass -p TEXT");
+    if (model->config().bos_id >= 0)
+      prompt.push_back(model->config().bos_id);
+    else
+      fail("[generate] the prompt is empty and the model has no BOS token: pass -p TEXT");
   }
   GenerateOptions opt;
   opt.max_new_tokens = a.n;
@@ -95,8 +98,8 @@ int run_generate(const GenerateArgs& a) {
                "stop: %s\n",
                (long long)st.prompt_tokens,
                st.prefill_s > 0 ? double(st.prompt_tokens) / st.prefill_s : 0.0,
-               (long long)st.generated,
-               st.decode_s > 0 ? double(st.generated) / st.decode_s : 0.0, st.stop_reason.c_str());
+               (long long)st.generated, st.decode_s > 0 ? double(st.generated) / st.decode_s : 0.0,
+               st.stop_reason.c_str());
   return 0;
 }
 

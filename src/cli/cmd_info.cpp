@@ -34,13 +34,15 @@ int run_info(const InfoArgs& a) {
     std::printf("parameters:      %lld\n", (long long)model->param_count());
     std::printf("dtypes:          %s\n", model->weight_dtypes().c_str());
     std::printf("layers:          %lld\n", (long long)c.n_layers);
-    std::printf("hidden size:     %lld (MLP %lld)\n", (long long)c.hidden, (long long)c.intermediate);
-    std::printf("heads:           %lld query, %lld key/value, head dim %lld\n", (long long)c.n_heads,
-                (long long)c.n_kv_heads, (long long)c.head_dim);
+    std::printf("hidden size:     %lld (MLP %lld)\n", (long long)c.hidden,
+                (long long)c.intermediate);
+    std::printf("heads:           %lld query, %lld key/value, head dim %lld\n",
+                (long long)c.n_heads, (long long)c.n_kv_heads, (long long)c.head_dim);
     std::printf("vocabulary:      %lld\n", (long long)c.vocab);
     std::printf("context length:  %lld\n", (long long)c.max_context);
     std::printf("rope:            theta %g, %lld dims, %s, scaling %s\n", c.rope.theta,
-                (long long)c.rope.dim, c.rope.style == RopeStyle::NeoX ? "rotate_half" : "interleaved",
+                (long long)c.rope.dim,
+                c.rope.style == RopeStyle::NeoX ? "rotate_half" : "interleaved",
                 c.rope.scaling.c_str());
     std::printf("tied embeddings: %s\n", c.tied_embeddings ? "yes" : "no");
   } else {

@@ -17,7 +17,7 @@ namespace basalt {
 Blob blob_map_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail("[io] {}: cannot open: {}", path, std::strerror(errno));
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0) {
     int e = errno;
     ::close(fd);

@@ -13,8 +13,8 @@ namespace basalt {
 struct Blob {
   const uint8_t* data = nullptr;
   size_t size = 0;
-  std::string name;              // file path or a label, used in error messages
-  std::shared_ptr<void> owner;   // keeps data alive
+  std::string name;             // file path or a label, used in error messages
+  std::shared_ptr<void> owner;  // keeps data alive
 
   std::span<const uint8_t> bytes() const { return {data, size}; }
 };

@@ -23,12 +23,20 @@ constexpr Info kInfo[] = {
     {DType::U32, "U32", 1, 4},         {DType::U64, "U64", 1, 8},
     {DType::BOOL, "BOOL", 1, 1},       {DType::Q8_0, "Q8_0", 32, 34},
 };
-const Info& info(DType t) { return kInfo[static_cast<int>(t)]; }
+const Info& info(DType t) {
+  return kInfo[static_cast<int>(t)];
+}
 }  // namespace
 
-int dtype_block_elems(DType t) { return info(t).block_elems; }
-int dtype_block_bytes(DType t) { return info(t).block_bytes; }
-std::string_view dtype_name(DType t) { return info(t).name; }
+int dtype_block_elems(DType t) {
+  return info(t).block_elems;
+}
+int dtype_block_bytes(DType t) {
+  return info(t).block_bytes;
+}
+std::string_view dtype_name(DType t) {
+  return info(t).name;
+}
 
 bool dtype_from_safetensors(std::string_view s, DType* out) {
   for (const auto& i : kInfo) {
@@ -43,15 +51,19 @@ bool dtype_from_safetensors(std::string_view s, DType* out) {
 size_t dtype_bytes(DType t, int64_t n) {
   const Info& i = info(t);
   if (n < 0 || n % i.block_elems != 0)
-    fail("[dtype] {} elements is not a whole number of {} blocks of {}", n, i.name,
-         i.block_elems);
+    fail("[dtype] {} elements is not a whole number of {} blocks of {}", n, i.name, i.block_elems);
   return size_t(n / i.block_elems) * size_t(i.block_bytes);
 }
 
 bool dtype_is_float(DType t) {
   switch (t) {
-    case DType::F64: case DType::F32: case DType::F16: case DType::BF16:
-    case DType::F8_E4M3: case DType::F8_E5M2: case DType::Q8_0:
+    case DType::F64:
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16:
+    case DType::F8_E4M3:
+    case DType::F8_E5M2:
+    case DType::Q8_0:
       return true;
     default:
       return false;
@@ -98,12 +110,16 @@ float fp8_e4m3_to_f32(uint8_t v) {
   uint32_t sign = v >> 7, exp = (v >> 3) & 0xf, man = v & 0x7;
   float r;
   if (exp == 0xf && man == 0x7) return std::nanf("");
-  if (exp == 0) r = std::ldexp(float(man), -9);  // subnormal: man/8 * 2^-6
-  else r = std::ldexp(1.0f + float(man) / 8.0f, int(exp) - 7);
+  if (exp == 0)
+    r = std::ldexp(float(man), -9);  // subnormal: man/8 * 2^-6
+  else
+    r = std::ldexp(1.0f + float(man) / 8.0f, int(exp) - 7);
   return sign ? -r : r;
 }
 
-float fp8_e5m2_to_f32(uint8_t v) { return f16_to_f32(uint16_t(v) << 8); }
+float fp8_e5m2_to_f32(uint8_t v) {
+  return f16_to_f32(uint16_t(v) << 8);
+}
 
 double dtype_read_f64(DType t, const void* data, int64_t i) {
   const uint8_t* p = static_cast<const uint8_t*>(data);
@@ -113,21 +129,36 @@ double dtype_read_f64(DType t, const void* data, int64_t i) {
     return x;
   };
   switch (t) {
-    case DType::F64: return ld(double{});
-    case DType::F32: return ld(float{});
-    case DType::F16: return f16_to_f32(ld(uint16_t{}));
-    case DType::BF16: return bf16_to_f32(ld(uint16_t{}));
-    case DType::F8_E4M3: return fp8_e4m3_to_f32(p[i]);
-    case DType::F8_E5M2: return fp8_e5m2_to_f32(p[i]);
-    case DType::I8: return ld(int8_t{});
-    case DType::I16: return ld(int16_t{});
-    case DType::I32: return ld(int32_t{});
-    case DType::I64: return double(ld(int64_t{}));
-    case DType::U8: return ld(uint8_t{});
-    case DType::U16: return ld(uint16_t{});
-    case DType::U32: return ld(uint32_t{});
-    case DType::U64: return double(ld(uint64_t{}));
-    case DType::BOOL: return p[i] ? 1.0 : 0.0;
+    case DType::F64:
+      return ld(double{});
+    case DType::F32:
+      return ld(float{});
+    case DType::F16:
+      return f16_to_f32(ld(uint16_t{}));
+    case DType::BF16:
+      return bf16_to_f32(ld(uint16_t{}));
+    case DType::F8_E4M3:
+      return fp8_e4m3_to_f32(p[i]);
+    case DType::F8_E5M2:
+      return fp8_e5m2_to_f32(p[i]);
+    case DType::I8:
+      return ld(int8_t{});
+    case DType::I16:
+      return ld(int16_t{});
+    case DType::I32:
+      return ld(int32_t{});
+    case DType::I64:
+      return double(ld(int64_t{}));
+    case DType::U8:
+      return ld(uint8_t{});
+    case DType::U16:
+      return ld(uint16_t{});
+    case DType::U32:
+      return ld(uint32_t{});
+    case DType::U64:
+      return double(ld(uint64_t{}));
+    case DType::BOOL:
+      return p[i] ? 1.0 : 0.0;
     case DType::Q8_0: {
       const uint8_t* b = p + (i / 32) * 34;
       uint16_t d;

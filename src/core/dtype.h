@@ -10,8 +10,21 @@
 namespace basalt {
 
 enum class DType : uint8_t {
-  F64, F32, F16, BF16, F8_E4M3, F8_E5M2,
-  I8, I16, I32, I64, U8, U16, U32, U64, BOOL,
+  F64,
+  F32,
+  F16,
+  BF16,
+  F8_E4M3,
+  F8_E5M2,
+  I8,
+  I16,
+  I32,
+  I64,
+  U8,
+  U16,
+  U32,
+  U64,
+  BOOL,
   Q8_0,  // GGUF block: f16 scale d, then 32 int8 q; x = d * q
 };
 

@@ -10,7 +10,7 @@ void log_init(int verbosity) {
     spdlog::set_default_logger(l);
     return l;
   }();
-  logger->set_level(verbosity >= 2 ? spdlog::level::debug
+  logger->set_level(verbosity >= 2   ? spdlog::level::debug
                     : verbosity == 1 ? spdlog::level::info
                                      : spdlog::level::warn);
 }

@@ -31,10 +31,12 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
   GenerateStats st;
   st.prompt_tokens = int64_t(prompt.size());
   if (prompt.empty()) fail("[generate] the prompt is empty (and the model has no BOS token)");
-  const int64_t ctx = opt.max_context > 0 ? std::min(opt.max_context, c.max_context) : c.max_context;
+  const int64_t ctx =
+      opt.max_context > 0 ? std::min(opt.max_context, c.max_context) : c.max_context;
   if (st.prompt_tokens >= ctx)
     fail("[generate] the prompt has {} tokens; the context holds {}", st.prompt_tokens, ctx);
-  const int64_t capacity = std::min(ctx, st.prompt_tokens + std::max<int64_t>(opt.max_new_tokens, 0));
+  const int64_t capacity =
+      std::min(ctx, st.prompt_tokens + std::max<int64_t>(opt.max_new_tokens, 0));
   auto kv = model_.new_kv_cache(std::max<int64_t>(capacity, st.prompt_tokens + 1));
 
   std::vector<int32_t> history(prompt.begin(), prompt.end());

@@ -15,10 +15,10 @@ namespace basalt {
 struct GenerateOptions {
   int64_t max_new_tokens = 128;
   SamplingParams sampling;
-  int64_t prefill_chunk = 0;        // 0: the whole prompt in one pass
-  std::vector<int32_t> stop_ids;    // besides the model's EOS ids
+  int64_t prefill_chunk = 0;      // 0: the whole prompt in one pass
+  std::vector<int32_t> stop_ids;  // besides the model's EOS ids
   bool ignore_eos = false;
-  int64_t max_context = 0;          // 0: the model's context length
+  int64_t max_context = 0;  // 0: the model's context length
 };
 
 struct GenerateStats {
@@ -29,7 +29,9 @@ struct GenerateStats {
 
 class Generator {
  public:
-  Generator(Model& model, Backend& backend) : model_(model), be_(backend) {}
+  Generator(Model& model, Backend& backend) : model_(model), be_(backend) {
+    model_.check_backend(be_);
+  }
 
   // Calls on_token(id) for each generated token (EOS/stop tokens excluded); returning false
   // stops the generation. Throws basalt::Error if the prompt does not fit the context.

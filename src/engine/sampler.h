@@ -11,10 +11,10 @@
 namespace basalt {
 
 struct SamplingParams {
-  float temperature = 0.0f;  // 0 = greedy
-  int top_k = 0;             // 0 = off
-  float top_p = 1.0f;        // 1 = off
-  float min_p = 0.0f;        // 0 = off
+  float temperature = 0.0f;         // 0 = greedy
+  int top_k = 0;                    // 0 = off
+  float top_p = 1.0f;               // 1 = off
+  float min_p = 0.0f;               // 0 = off
   float repetition_penalty = 1.0f;  // HF: logit > 0 ? logit / p : logit * p, over seen tokens
   float presence_penalty = 0.0f;    // OpenAI: - p if the token occurred
   float frequency_penalty = 0.0f;   // OpenAI: - p · count

@@ -11,7 +11,7 @@ namespace basalt::io {
 
 class TensorStore {
  public:
-  void add(TensorView t);          // throws on a duplicate name
+  void add(TensorView t);  // throws on a duplicate name
   void keep(const Blob& b) { blobs_.push_back(b); }
   void merge(TensorStore&& other);  // throws on a duplicate name
 

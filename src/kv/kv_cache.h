@@ -13,7 +13,7 @@ class KvCache {
 
   int64_t capacity() const { return capacity_; }
   int64_t length() const { return length_; }  // positions filled
-  void set_length(int64_t n);                  // truncate (rollback) or mark filled
+  void set_length(int64_t n);                 // truncate (rollback) or mark filled
   void clear() { length_ = 0; }
   int64_t row_floats() const { return hkv_ * d_; }
 

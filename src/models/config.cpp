@@ -76,12 +76,12 @@ void hf_rope(const json& config, const std::string& file, ModelConfig& c) {
     c.rope.scaling = "llama3";
     c.rope.low_freq_factor = float(cfg_num_or(*params, "low_freq_factor", 1.0, file));
     c.rope.high_freq_factor = float(cfg_num_or(*params, "high_freq_factor", 4.0, file));
-    c.rope.original_max_position =
-        cfg_int(*params, "original_max_position_embeddings", file);
+    c.rope.original_max_position = cfg_int(*params, "original_max_position_embeddings", file);
   } else {
-    fail("[config] {}: rope scaling type '{}' is not supported (supported: default, linear, "
-         "llama3)",
-         file, type);
+    fail(
+        "[config] {}: rope scaling type '{}' is not supported (supported: default, linear, "
+        "llama3)",
+        file, type);
   }
 }
 
@@ -104,8 +104,8 @@ void hf_common(const json& config, const std::string& file, ModelConfig& c) {
          file, c.n_heads, c.n_kv_heads);
   if (c.head_dim <= 0 || c.head_dim % 2 != 0)
     fail("[config] {}: head_dim {} must be positive and even", file, c.head_dim);
-  if (auto it = config.find("hidden_act"); it != config.end() && it->is_string() &&
-                                            it->get<std::string>() != "silu")
+  if (auto it = config.find("hidden_act");
+      it != config.end() && it->is_string() && it->get<std::string>() != "silu")
     fail("[config] {}: hidden_act '{}' is not supported (SwiGLU MLPs use silu)", file,
          it->get<std::string>());
   c.rope.dim = c.head_dim;
@@ -148,12 +148,14 @@ void gguf_common(const io::GgufFile& g, const std::string& arch, ModelConfig& c)
       fail("[gguf] {}: rope scaling type '{}' is not supported", g.name, type);
     }
   }
-  if (const io::GgufValue* v = g.find("tokenizer.ggml.tokens")) c.vocab = int64_t(v->as_array().size());
+  if (const io::GgufValue* v = g.find("tokenizer.ggml.tokens"))
+    c.vocab = int64_t(v->as_array().size());
   if (const io::GgufValue* v = g.find("tokenizer.ggml.eos_token_id"))
     c.eos_ids.push_back(int32_t(v->as_int()));
   if (const io::GgufValue* v = g.find("tokenizer.ggml.eot_token_id"))
     c.eos_ids.push_back(int32_t(v->as_int()));
-  if (const io::GgufValue* v = g.find("tokenizer.ggml.bos_token_id")) c.bos_id = int32_t(v->as_int());
+  if (const io::GgufValue* v = g.find("tokenizer.ggml.bos_token_id"))
+    c.bos_id = int32_t(v->as_int());
 }
 
 }  // namespace basalt::models

@@ -27,8 +27,8 @@ void llama_from_gguf(const io::GgufFile& g, ModelConfig& c) {
 }  // namespace
 
 const ArchSpec& arch_llama() {
-  static const ArchSpec spec{"llama", {"LlamaForCausalLM"}, "llama", llama_from_hf,
-                             llama_from_gguf};
+  static const ArchSpec spec{
+      "llama", {"LlamaForCausalLM"}, "llama", llama_from_hf, llama_from_gguf};
   return spec;
 }
 

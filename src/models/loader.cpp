@@ -25,27 +25,33 @@ struct Names {  // tensor names of one format
 
 std::string hf_layer(int64_t l, const char* part) {
   static const std::map<std::string, std::string> m = {
-      {"attn_norm", "input_layernorm.weight"},  {"ffn_norm", "post_attention_layernorm.weight"},
-      {"q", "self_attn.q_proj.weight"},         {"k", "self_attn.k_proj.weight"},
-      {"v", "self_attn.v_proj.weight"},         {"o", "self_attn.o_proj.weight"},
-      {"bq", "self_attn.q_proj.bias"},          {"bk", "self_attn.k_proj.bias"},
-      {"bv", "self_attn.v_proj.bias"},          {"bo", "self_attn.o_proj.bias"},
-      {"q_norm", "self_attn.q_norm.weight"},    {"k_norm", "self_attn.k_norm.weight"},
-      {"gate", "mlp.gate_proj.weight"},         {"up", "mlp.up_proj.weight"},
+      {"attn_norm", "input_layernorm.weight"}, {"ffn_norm", "post_attention_layernorm.weight"},
+      {"q", "self_attn.q_proj.weight"},        {"k", "self_attn.k_proj.weight"},
+      {"v", "self_attn.v_proj.weight"},        {"o", "self_attn.o_proj.weight"},
+      {"bq", "self_attn.q_proj.bias"},         {"bk", "self_attn.k_proj.bias"},
+      {"bv", "self_attn.v_proj.bias"},         {"bo", "self_attn.o_proj.bias"},
+      {"q_norm", "self_attn.q_norm.weight"},   {"k_norm", "self_attn.k_norm.weight"},
+      {"gate", "mlp.gate_proj.weight"},        {"up", "mlp.up_proj.weight"},
       {"down", "mlp.down_proj.weight"}};
   return fmt::format("model.layers.{}.{}", l, m.at(part));
 }
 
 std::string gguf_layer(int64_t l, const char* part) {
-  static const std::map<std::string, std::string> m = {
-      {"attn_norm", "attn_norm.weight"}, {"ffn_norm", "ffn_norm.weight"},
-      {"q", "attn_q.weight"},            {"k", "attn_k.weight"},
-      {"v", "attn_v.weight"},            {"o", "attn_output.weight"},
-      {"bq", "attn_q.bias"},             {"bk", "attn_k.bias"},
-      {"bv", "attn_v.bias"},             {"bo", "attn_output.bias"},
-      {"q_norm", "attn_q_norm.weight"},  {"k_norm", "attn_k_norm.weight"},
-      {"gate", "ffn_gate.weight"},       {"up", "ffn_up.weight"},
-      {"down", "ffn_down.weight"}};
+  static const std::map<std::string, std::string> m = {{"attn_norm", "attn_norm.weight"},
+                                                       {"ffn_norm", "ffn_norm.weight"},
+                                                       {"q", "attn_q.weight"},
+                                                       {"k", "attn_k.weight"},
+                                                       {"v", "attn_v.weight"},
+                                                       {"o", "attn_output.weight"},
+                                                       {"bq", "attn_q.bias"},
+                                                       {"bk", "attn_k.bias"},
+                                                       {"bv", "attn_v.bias"},
+                                                       {"bo", "attn_output.bias"},
+                                                       {"q_norm", "attn_q_norm.weight"},
+                                                       {"k_norm", "attn_k_norm.weight"},
+                                                       {"gate", "ffn_gate.weight"},
+                                                       {"up", "ffn_up.weight"},
+                                                       {"down", "ffn_down.weight"}};
   return fmt::format("blk.{}.{}", l, m.at(part));
 }
 
@@ -72,12 +78,17 @@ class Binder {
     check_shape(t, {rows, cols});
     WeightRef r{t.dtype, rows, cols, t.data};
     switch (t.dtype) {
-      case DType::F32: case DType::F16: case DType::BF16:
+      case DType::F32:
+      case DType::F16:
+      case DType::BF16:
         return r;
       case DType::Q8_0:
-        if (cols % 32 != 0) fail("[{}] {}: Q8_0 tensor '{}' rows not whole blocks", arch_, file_, name);
+        if (cols % 32 != 0)
+          fail("[{}] {}: Q8_0 tensor '{}' rows not whole blocks", arch_, file_, name);
         return r;
-      case DType::F64: case DType::F8_E4M3: case DType::F8_E5M2: {
+      case DType::F64:
+      case DType::F8_E4M3:
+      case DType::F8_E5M2: {
         auto buf = std::make_shared<std::vector<float>>(to_f32(t));
         w_.owned.push_back(buf);
         return WeightRef{DType::F32, rows, cols, buf->data()};
@@ -98,9 +109,11 @@ class Binder {
  private:
   std::vector<float> to_f32(const TensorView& t) const {
     if (!dtype_is_float(t.dtype))
-      fail("[{}] {}: tensor '{}' has non-float dtype {}", arch_, file_, t.name, dtype_name(t.dtype));
+      fail("[{}] {}: tensor '{}' has non-float dtype {}", arch_, file_, t.name,
+           dtype_name(t.dtype));
     std::vector<float> out(static_cast<size_t>(t.numel()));
-    for (int64_t i = 0; i < t.numel(); ++i) out[size_t(i)] = float(dtype_read_f64(t.dtype, t.data, i));
+    for (int64_t i = 0; i < t.numel(); ++i)
+      out[size_t(i)] = float(dtype_read_f64(t.dtype, t.data, i));
     return out;
   }
   const io::TensorStore& ts_;
@@ -110,13 +123,13 @@ class Binder {
 
 ModelWeights bind_weights(const io::Checkpoint& ck, const ModelConfig& c) {
   const bool gguf = ck.format == io::CheckpointFormat::Gguf;
-  Names nm = gguf ? Names{"token_embd.weight", "output_norm.weight", "output.weight", gguf_layer}
-                  : Names{"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
-                          hf_layer};
+  Names nm =
+      gguf ? Names{"token_embd.weight", "output_norm.weight", "output.weight", gguf_layer}
+           : Names{"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", hf_layer};
   ModelWeights w;
   Binder b(ck.tensors, c.arch, ck.path, w);
-  const int64_t E = c.hidden, D = c.head_dim, H = c.n_heads, Hkv = c.n_kv_heads,
-                F = c.intermediate, V = c.vocab;
+  const int64_t E = c.hidden, D = c.head_dim, H = c.n_heads, Hkv = c.n_kv_heads, F = c.intermediate,
+                V = c.vocab;
   w.embed = b.matrix(nm.embed, V, E);
   w.out_norm = b.vec(nm.out_norm, E);
   if (b.has(nm.lm_head) && !(c.tied_embeddings && !gguf)) {
@@ -175,9 +188,11 @@ std::unique_ptr<Model> model_from_checkpoint(io::Checkpoint ck) {
     const ArchSpec* spec = nullptr;
     for (const ArchSpec* s : arch_all())
       if (s->gguf_arch == arch) spec = s;
-    if (!spec) fail("[models] {}: unknown architecture '{}' (supported: llama, qwen3)", ck.path, arch);
+    if (!spec)
+      fail("[models] {}: unknown architecture '{}' (supported: llama, qwen3)", ck.path, arch);
     spec->from_gguf(*ck.gguf, c);
-    if (ck.tensors.size() == 0) fail("[models] {}: the file holds no tensors (vocab-only?)", ck.path);
+    if (ck.tensors.size() == 0)
+      fail("[models] {}: the file holds no tensors (vocab-only?)", ck.path);
     if (const TensorView* t = ck.tensors.find("token_embd.weight")) c.vocab = t->dim(0);
     if (const TensorView* t = ck.tensors.find("rope_freqs.weight")) {
       for (int64_t i = 0; i < t->numel(); ++i)
@@ -185,11 +200,10 @@ std::unique_ptr<Model> model_from_checkpoint(io::Checkpoint ck) {
     }
   } else {
     const std::string file = ck.path + "/config.json";
-    if (!ck.config.is_object() || ck.config.empty())
-      fail("[models] {}: no config.json", ck.path);
+    if (!ck.config.is_object() || ck.config.empty()) fail("[models] {}: no config.json", ck.path);
     std::string cls;
-    if (auto it = ck.config.find("architectures"); it != ck.config.end() && it->is_array() &&
-                                                   !it->empty() && (*it)[0].is_string())
+    if (auto it = ck.config.find("architectures");
+        it != ck.config.end() && it->is_array() && !it->empty() && (*it)[0].is_string())
       cls = (*it)[0].get<std::string>();
     else
       fail("[config] {}: missing key 'architectures'", file);
@@ -198,9 +212,10 @@ std::unique_ptr<Model> model_from_checkpoint(io::Checkpoint ck) {
       for (const auto& n : s->hf_classes)
         if (n == cls) spec = s;
     if (!spec)
-      fail("[models] {}: unknown architecture '{}' (supported: LlamaForCausalLM, "
-           "Qwen3ForCausalLM)",
-           file, cls);
+      fail(
+          "[models] {}: unknown architecture '{}' (supported: LlamaForCausalLM, "
+          "Qwen3ForCausalLM)",
+          file, cls);
     c.hf_class = cls;
     spec->from_hf(ck.config, file, c);
     if (ck.tensors.size() == 0) fail("[models] {}: no model.safetensors", ck.path);

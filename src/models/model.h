@@ -68,6 +68,9 @@ class Model {
   void forward(Backend& be, std::span<const int32_t> tokens, KvCache& kv, float* logits,
                bool all_logits);
   std::unique_ptr<KvCache> new_kv_cache(int64_t capacity) const;
+  // Load-time capability check: throws, naming the tensor, if the backend cannot run one of
+  // this model's weights (ARCHITECTURE.md: fail at load, never mid-request).
+  void check_backend(const Backend& be) const;
 
  private:
   void rope_tables(int64_t pos0, int64_t T);

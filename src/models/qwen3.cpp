@@ -25,8 +25,8 @@ void qwen3_from_gguf(const io::GgufFile& g, ModelConfig& c) {
 }  // namespace
 
 const ArchSpec& arch_qwen3() {
-  static const ArchSpec spec{"qwen3", {"Qwen3ForCausalLM"}, "qwen3", qwen3_from_hf,
-                             qwen3_from_gguf};
+  static const ArchSpec spec{
+      "qwen3", {"Qwen3ForCausalLM"}, "qwen3", qwen3_from_hf, qwen3_from_gguf};
   return spec;
 }
 

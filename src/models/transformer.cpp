@@ -70,14 +70,30 @@ int64_t Model::param_count() const {
 
 std::string Model::weight_dtypes() const {
   std::map<std::string, int64_t> count;
-  for (const auto& [name, t] : ckpt_.tensors.all()) count[std::string(dtype_name(t.dtype))] += t.numel();
+  for (const auto& [name, t] : ckpt_.tensors.all())
+    count[std::string(dtype_name(t.dtype))] += t.numel();
   std::string s;
-  for (const auto& [dt, n] : count) s += fmt::format("{}{} ({} params)", s.empty() ? "" : ", ", dt, n);
+  for (const auto& [dt, n] : count)
+    s += fmt::format("{}{} ({} params)", s.empty() ? "" : ", ", dt, n);
   return s;
 }
 
 std::unique_ptr<KvCache> Model::new_kv_cache(int64_t capacity) const {
   return std::make_unique<KvCache>(cfg_.n_layers, capacity, cfg_.n_kv_heads, cfg_.head_dim);
+}
+
+void Model::check_backend(const Backend& be) const {
+  auto check = [&](const WeightRef& w, const std::string& what) {
+    if (!be.supports_weight(w.dtype))
+      fail("[model] backend '{}' cannot run {} weights ({})", be.name(), dtype_name(w.dtype), what);
+  };
+  check(w_.embed, "embedding");
+  check(w_.lm_head, "lm_head");
+  for (size_t l = 0; l < w_.layers.size(); ++l) {
+    const LayerWeights& L = w_.layers[l];
+    for (const WeightRef* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      check(*w, fmt::format("layer {}", l));
+  }
 }
 
 void Model::rope_tables(int64_t pos0, int64_t T) {
@@ -98,18 +114,17 @@ void Model::forward(Backend& be, std::span<const int32_t> tokens, KvCache& kv, f
                     bool all_logits) {
   const ModelConfig& c = cfg_;
   const int64_t T = int64_t(tokens.size());
-  const int64_t E = c.hidden, H = c.n_heads, Hkv = c.n_kv_heads, D = c.head_dim,
-                F = c.intermediate, V = c.vocab;
+  const int64_t E = c.hidden, H = c.n_heads, Hkv = c.n_kv_heads, D = c.head_dim, F = c.intermediate,
+                V = c.vocab;
   const int64_t pos0 = kv.length();
   if (T == 0) return;
   if (pos0 + T > kv.capacity())
-    fail("[model] sequence of {} tokens exceeds the KV cache capacity {}", pos0 + T,
-         kv.capacity());
+    fail("[model] sequence of {} tokens exceeds the KV cache capacity {}", pos0 + T, kv.capacity());
   for (int32_t id : tokens)
     if (id < 0 || id >= V) fail("[model] token id {} out of range [0, {})", id, V);
 
-  grow(x_, T * E);     // residual stream [T, E]
-  grow(xn_, T * E);    // normed input [T, E]
+  grow(x_, T * E);   // residual stream [T, E]
+  grow(xn_, T * E);  // normed input [T, E]
   grow(q_, T * H * D);
   grow(att_, T * H * D);
   grow(k_, T * Hkv * D);

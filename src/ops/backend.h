@@ -27,12 +27,12 @@ enum class RopeStyle : uint8_t {
 };
 
 struct AttentionArgs {
-  const float* q = nullptr;    // [T, H, D]
-  const float* k = nullptr;    // cache [P_cap, Hkv, D]; rows 0 .. pos0+T-1 are valid
-  const float* v = nullptr;    // cache [P_cap, Hkv, D]
-  float* out = nullptr;        // [T, H, D]
+  const float* q = nullptr;  // [T, H, D]
+  const float* k = nullptr;  // cache [P_cap, Hkv, D]; rows 0 .. pos0+T-1 are valid
+  const float* v = nullptr;  // cache [P_cap, Hkv, D]
+  float* out = nullptr;      // [T, H, D]
   int64_t T = 0, H = 0, Hkv = 0, D = 0;
-  int64_t pos0 = 0;            // position of q row 0; row t attends to keys 0 .. pos0 + t
+  int64_t pos0 = 0;  // position of q row 0; row t attends to keys 0 .. pos0 + t
   float scale = 1.0f;
 };
 

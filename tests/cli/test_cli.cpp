@@ -37,14 +37,17 @@ Result run(const std::string& args) {
   return r;
 }
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
+std::string quote(const std::string& s) {
+  return "'" + s + "'";
+}
 
 TEST(Cli, GenerateStories260KGreedyPrintsPublishedTextOnStdout) {
   BASALT_REQUIRE_FIXTURE(fx, "stories260K/stories260K.gguf");
   std::ifstream f(test::fixtures_dir() + "/stories260K/expected_greedy.json");
   const auto exp = nlohmann::json::parse(f);
   const std::string text = exp["greedy_text"].get<std::string>();
-  Result r = run("generate -m " + quote(fx) + " -p 'Once upon a time' -n 256 --temp 0 --ignore-eos");
+  Result r =
+      run("generate -m " + quote(fx) + " -p 'Once upon a time' -n 256 --temp 0 --ignore-eos");
   ASSERT_EQ(r.code, 0) << r.err;
   // The first 200 characters of the published text (it starts with the prompt).
   EXPECT_EQ(r.out.substr(0, 200), text.substr(0, 200));
@@ -121,11 +124,13 @@ TEST(Cli, BadInputsGetCleanErrors) {
   expect_clean_error(run("generate -m " + d + "/m -p hi"), "model.safetensors");
   // A GGUF cut in half.
   {
-    std::ifstream in(test::source_dir() + "/tests/golden/gguf/qwen3_tied.f16.gguf", std::ios::binary);
+    std::ifstream in(test::source_dir() + "/tests/golden/gguf/qwen3_tied.f16.gguf",
+                     std::ios::binary);
     std::string bytes((std::istreambuf_iterator<char>(in)), {});
     std::ofstream(d + "/cut.gguf", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
   }
-  expect_clean_error(run("logits -m " + d + "/cut.gguf --tokens 1,2 --out " + d + "/x.npy"), "cut.gguf");
+  expect_clean_error(run("logits -m " + d + "/cut.gguf --tokens 1,2 --out " + d + "/x.npy"),
+                     "cut.gguf");
   // Malformed config.json.
   std::filesystem::create_directories(d + "/badcfg");
   std::ofstream(d + "/badcfg/config.json") << "{\"hidden_size\": 64,,}";
@@ -144,7 +149,8 @@ TEST(Cli, BadInputsGetCleanErrors) {
 
 TEST(Cli, InvalidUtf8PromptIsAnError) {
   BASALT_REQUIRE_FIXTURE(fx, "qwen3-tokenizer/tokenizer.json");
-  expect_clean_error(run("tokenize -m " + quote(fx) + " --text \"$(printf 'ab\\377\\376cd')\""), "UTF-8");
+  expect_clean_error(run("tokenize -m " + quote(fx) + " --text \"$(printf 'ab\\377\\376cd')\""),
+                     "UTF-8");
 }
 
 }  // namespace

@@ -63,8 +63,8 @@ TEST_P(Golden, LogitsAndGreedyMatchTransformers) {
   const GoldenCase& gc = GetParam();
   const json ref = read_json(gc.reference_path);
   const auto ids = ref["input_ids"].get<std::vector<int32_t>>();
-  const std::string npy =
-      std::filesystem::path(gc.reference_path).parent_path() / ref["logits_file"].get<std::string>();
+  const std::string npy = std::filesystem::path(gc.reference_path).parent_path() /
+                          ref["logits_file"].get<std::string>();
   const io::NpyArray want = io::npy_read(npy);
   auto model = model_load(gc.model_path);
   ASSERT_EQ(want.shape[0], int64_t(ids.size()));
@@ -79,7 +79,8 @@ TEST_P(Golden, LogitsAndGreedyMatchTransformers) {
     const std::vector<float> got = gen.logits(ids, 0);
     ASSERT_EQ(got.size(), want.data.size());
     float max_err = 0.0f;
-    for (size_t i = 0; i < got.size(); ++i) max_err = std::max(max_err, std::fabs(got[i] - want.data[i]));
+    for (size_t i = 0; i < got.size(); ++i)
+      max_err = std::max(max_err, std::fabs(got[i] - want.data[i]));
     EXPECT_LE(max_err, 1e-4f * max_ref) << gc.name << " on " << be->name();
   }
 

@@ -35,13 +35,15 @@ struct TestWeight {
     } else if (t == DType::F16 || t == DType::BF16) {
       bytes.resize(v.size() * 2);
       auto* p = reinterpret_cast<uint16_t*>(bytes.data());
-      for (size_t i = 0; i < v.size(); ++i) p[i] = t == DType::F16 ? f32_to_f16(v[i]) : f32_to_bf16(v[i]);
+      for (size_t i = 0; i < v.size(); ++i)
+        p[i] = t == DType::F16 ? f32_to_f16(v[i]) : f32_to_bf16(v[i]);
     } else if (t == DType::Q8_0) {
       bytes.resize(size_t(N * (K / 32) * 34));
       for (int64_t n = 0; n < N; ++n)
         for (int64_t b = 0; b < K / 32; ++b) {
           float amax = 0;
-          for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[size_t(n * K + b * 32 + j)]));
+          for (int j = 0; j < 32; ++j)
+            amax = std::max(amax, std::fabs(v[size_t(n * K + b * 32 + j)]));
           const float d = amax / 127.0f;
           uint8_t* blk = bytes.data() + (n * (K / 32) + b) * 34;
           const uint16_t dh = f32_to_f16(d);
@@ -77,7 +79,8 @@ TEST_P(MatmulVsRef, MatchesReference) {
       std::vector<float> row(static_cast<size_t>(K));
       ref::weight_row_f32(w.ref, n, row.data());
       double mag = 0;
-      for (int64_t k = 0; k < K; ++k) mag += std::fabs(double(x[size_t(t * K + k)]) * row[size_t(k)]);
+      for (int64_t k = 0; k < K; ++k)
+        mag += std::fabs(double(x[size_t(t * K + k)]) * row[size_t(k)]);
       ASSERT_NEAR(got[size_t(t * N + n)], want[size_t(t * N + n)], 1e-6 * mag + 1e-30)
           << "t=" << t << " n=" << n;
     }
@@ -166,7 +169,8 @@ TEST(OpsVsRef, AttentionGqaMatchesReferenceAndIsRowExact) {
   // Each row alone (as a decode step at its position) is bitwise the same.
   for (int64_t t = 0; t < T; ++t) {
     std::vector<float> one(size_t(H * D));
-    AttentionArgs b{q.data() + t * H * D, k.data(), v.data(), one.data(), 1, H, Hkv, D, pos0 + t, 0.2f};
+    AttentionArgs b{
+        q.data() + t * H * D, k.data(), v.data(), one.data(), 1, H, Hkv, D, pos0 + t, 0.2f};
     be->attention(b);
     EXPECT_EQ(0, std::memcmp(one.data(), got.data() + t * H * D, one.size() * 4)) << "row " << t;
   }

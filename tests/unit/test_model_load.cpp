@@ -22,7 +22,8 @@ struct EditedModel {
   test::TempDir dir;
   EditedModel(const std::string& golden, const std::function<void(json&)>& edit) {
     const fs::path src = fs::path(test::source_dir()) / "tests/golden" / golden;
-    for (const auto& e : fs::directory_iterator(src)) fs::copy(e.path(), dir.path / e.path().filename());
+    for (const auto& e : fs::directory_iterator(src))
+      fs::copy(e.path(), dir.path / e.path().filename());
     std::ifstream in(src / "config.json");
     json cfg = json::parse(in);
     edit(cfg);
@@ -48,7 +49,8 @@ TEST(ModelLoad, MissingConfigKey) {
 
 TEST(ModelLoad, WrongTypeForKey) {
   EditedModel m("qwen3_tied", [](json& c) { c["num_hidden_layers"] = "two"; });
-  EXPECT_NE(load_error(m.dir.str()).find("'num_hidden_layers' must be an integer"), std::string::npos);
+  EXPECT_NE(load_error(m.dir.str()).find("'num_hidden_layers' must be an integer"),
+            std::string::npos);
 }
 
 TEST(ModelLoad, HeadsNotMultipleOfKvHeads) {
@@ -59,13 +61,15 @@ TEST(ModelLoad, HeadsNotMultipleOfKvHeads) {
 
 TEST(ModelLoad, UnknownArchitecture) {
   EditedModel m("qwen3_tied", [](json& c) { c["architectures"] = {"FooForCausalLM"}; });
-  EXPECT_NE(load_error(m.dir.str()).find("unknown architecture 'FooForCausalLM'"), std::string::npos);
+  EXPECT_NE(load_error(m.dir.str()).find("unknown architecture 'FooForCausalLM'"),
+            std::string::npos);
 }
 
 TEST(ModelLoad, ConfigContradictsTensorShapes) {
   EditedModel m("qwen3_tied", [](json& c) { c["intermediate_size"] = 100; });
   const std::string e = load_error(m.dir.str());
-  EXPECT_NE(e.find("tensor 'model.layers.0.mlp.gate_proj.weight' has shape"), std::string::npos) << e;
+  EXPECT_NE(e.find("tensor 'model.layers.0.mlp.gate_proj.weight' has shape"), std::string::npos)
+      << e;
   EXPECT_NE(e.find("the config implies [100, 64]"), std::string::npos) << e;
 }
 

@@ -175,7 +175,9 @@ void AxpyF32(float* y, float s, const float* x, int64_t n) {
   for (; i < n; ++i) y[i] = s * x[i] + y[i];
 }
 
-const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
+const char* TargetName() {
+  return hwy::TargetName(HWY_TARGET);
+}
 
 }  // namespace HWY_NAMESPACE
 }  // namespace basalt::cpu
@@ -198,6 +200,8 @@ float dot_f32(const float* a, const float* b, int64_t n) {
 void axpy_f32(float* y, float s, const float* x, int64_t n) {
   HWY_DYNAMIC_DISPATCH(AxpyF32)(y, s, x, n);
 }
-const char* simd_target_name() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
+const char* simd_target_name() {
+  return HWY_DYNAMIC_DISPATCH(TargetName)();
+}
 }  // namespace basalt::cpu
 #endif

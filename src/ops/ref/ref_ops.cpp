@@ -164,6 +164,8 @@ class RefBackend final : public Backend {
 };
 }  // namespace
 
-std::unique_ptr<Backend> make_ref_backend() { return std::make_unique<RefBackend>(); }
+std::unique_ptr<Backend> make_ref_backend() {
+  return std::make_unique<RefBackend>();
+}
 
 }  // namespace basalt::ref
