@@ -5,9 +5,29 @@
 #include <unistd.h>
 #include <cstdlib>
 #include <filesystem>
+#include <initializer_list>
 #include <string>
 
+#include "core/error.h"
+
 namespace basalt::test {
+
+// Runs fn, expects a basalt::Error whose message holds every one of `parts`.
+template <typename Fn>
+void expect_error(Fn&& fn, std::initializer_list<std::string> parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected a basalt::Error containing '" << *parts.begin() << "'";
+  } catch (const basalt::Error& e) {
+    std::string msg = e.what();
+    for (const auto& p : parts)
+      EXPECT_NE(msg.find(p), std::string::npos) << "message: " << msg << "\nmissing: " << p;
+  }
+}
+template <typename Fn>
+void expect_error(Fn&& fn, const std::string& part) {
+  expect_error(std::forward<Fn>(fn), {part});
+}
 
 // ../shared/fixtures (or $BASALT_FIXTURES); "" if absent.
 inline std::string fixtures_dir() {

@@ -123,17 +123,4 @@ Bytes bytes_of(const std::vector<T>& v) {
   return b;
 }
 
-// Runs fn, expects a basalt::Error whose message holds every one of `parts`.
-template <typename Fn>
-void expect_error(Fn&& fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected a basalt::Error containing '" << *parts.begin() << "'";
-  } catch (const basalt::Error& e) {
-    std::string msg = e.what();
-    for (const auto& p : parts)
-      EXPECT_NE(msg.find(p), std::string::npos) << "message: " << msg << "\nmissing: " << p;
-  }
-}
-
 }  // namespace basalt::test

@@ -17,16 +17,7 @@ namespace {
   const Tokenizer* var = (expr);     \
   if (!var) GTEST_SKIP() << "shared tokenizer fixture not found (set BASALT_FIXTURES)"
 
-// Expects fn() to throw basalt::Error whose message contains `part`.
-template <typename F>
-void expect_error(F fn, const std::string& part) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error; expected one containing: " << part;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
+using test::expect_error;
 
 // Random valid UTF-8: mostly ASCII (spaces, digits, punctuation, newlines), then Latin,
 // Cyrillic, CJK, emoji and combining marks.

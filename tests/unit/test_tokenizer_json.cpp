@@ -12,15 +12,7 @@ namespace {
 
 using json = nlohmann::json;
 
-template <typename F>
-void expect_error(F fn, const std::string& part) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error; expected one containing: " << part;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
+using test::expect_error;
 
 std::vector<std::string> pre_tokenize(const json& j, const std::string& text) {
   auto pt = pre_tokenizer_from_json(j);
