@@ -28,6 +28,8 @@ const std::vector<const ArchSpec*>& arch_all();
 int64_t cfg_int(const nlohmann::json& c, const char* key, const std::string& file);
 int64_t cfg_int_or(const nlohmann::json& c, const char* key, int64_t dflt, const std::string& file);
 double cfg_num_or(const nlohmann::json& c, const char* key, double dflt, const std::string& file);
+// An id or a list of ids (eos_token_id is either); empty when absent.
+std::vector<int32_t> cfg_token_ids(const nlohmann::json& c, const char* key);
 bool cfg_bool_or(const nlohmann::json& c, const char* key, bool dflt, const std::string& file);
 // The keys every Llama-family config.json shares (sizes, heads, eps, rope incl. scaling).
 void hf_common(const nlohmann::json& config, const std::string& file, ModelConfig& c);

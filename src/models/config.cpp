@@ -36,16 +36,18 @@ bool cfg_bool_or(const json& c, const char* key, bool dflt, const std::string& f
   return it->get<bool>();
 }
 
-namespace {
-
-std::vector<int32_t> ids_of(const json& v) {
+std::vector<int32_t> cfg_token_ids(const json& c, const char* key) {
   std::vector<int32_t> out;
-  if (v.is_number_integer()) out.push_back(v.get<int32_t>());
-  if (v.is_array())
-    for (const auto& e : v)
+  auto it = c.find(key);
+  if (it == c.end()) return out;
+  if (it->is_number_integer()) out.push_back(it->get<int32_t>());
+  if (it->is_array())
+    for (const auto& e : *it)
       if (e.is_number_integer()) out.push_back(e.get<int32_t>());
   return out;
 }
+
+namespace {
 
 // rope_scaling (transformers ≤ 4) or rope_parameters (transformers 5).
 void hf_rope(const json& config, const std::string& file, ModelConfig& c) {
@@ -110,7 +112,7 @@ void hf_common(const json& config, const std::string& file, ModelConfig& c) {
          it->get<std::string>());
   c.rope.dim = c.head_dim;
   hf_rope(config, file, c);
-  if (auto it = config.find("eos_token_id"); it != config.end()) c.eos_ids = ids_of(*it);
+  c.eos_ids = cfg_token_ids(config, "eos_token_id");
   if (auto it = config.find("bos_token_id"); it != config.end() && it->is_number_integer())
     c.bos_id = it->get<int32_t>();
 }

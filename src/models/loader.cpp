@@ -166,17 +166,6 @@ ModelWeights bind_weights(const io::Checkpoint& ck, const ModelConfig& c) {
   return w;
 }
 
-std::vector<int32_t> json_ids(const nlohmann::json& j, const char* key) {
-  std::vector<int32_t> out;
-  auto it = j.find(key);
-  if (it == j.end()) return out;
-  if (it->is_number_integer()) out.push_back(it->get<int32_t>());
-  if (it->is_array())
-    for (const auto& e : *it)
-      if (e.is_number_integer()) out.push_back(e.get<int32_t>());
-  return out;
-}
-
 }  // namespace
 }  // namespace models
 
@@ -220,7 +209,7 @@ std::unique_ptr<Model> model_from_checkpoint(io::Checkpoint ck) {
     spec->from_hf(ck.config, file, c);
     if (ck.tensors.size() == 0) fail("[models] {}: no model.safetensors", ck.path);
     // generation_config.json's eos list wins over config.json's (as in transformers).
-    auto gen_eos = json_ids(ck.generation_config, "eos_token_id");
+    auto gen_eos = cfg_token_ids(ck.generation_config, "eos_token_id");
     if (!gen_eos.empty()) c.eos_ids = gen_eos;
   }
   if (c.rope.dim > c.head_dim || c.rope.dim % 2 != 0)
