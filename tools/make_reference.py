@@ -6,7 +6,8 @@ transformers itself, plus the fp32 logits of one full-sequence forward pass and 
 continuation. Two of the models are also written as GGUF files (llama.cpp conventions), each
 with its own reference computed by transformers on the weights exactly as the GGUF stores them.
 
-    /work/venv-ref/bin/python tools/make_reference.py --out tests/golden [--verify]
+    python3 -m venv .venv-ref && .venv-ref/bin/pip install -r tools/requirements-ref.txt
+    .venv-ref/bin/python tools/make_reference.py --out tests/golden [--verify]
 
 --verify recomputes every reference with an independent float64 numpy forward pass that reads
 the files on disk (safetensors header parsed by hand, GGUF tensors decoded by hand, GGUF q/k in
