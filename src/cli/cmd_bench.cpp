@@ -47,18 +47,20 @@ int run_bench(const BenchArgs& a) {
     for (int64_t i = 0; i < P; ++i) ids[size_t(i)] = int32_t((i * 7919 + 17) % c.vocab);
     std::vector<double> pre, dec;
     for (int r = 0; r < a.repeats; ++r) {
-      auto kv = model->new_kv_cache(P + a.n);
+      auto pool = model->new_kv_pool(P + a.n);
+      KvSequence seq;
       std::vector<float> logits(static_cast<size_t>(c.vocab));
       double t0 = now_s();
       const int64_t chunk = a.prefill_chunk > 0 ? a.prefill_chunk : P;
       for (int64_t i = 0; i < P; i += chunk)
-        model->forward(*be, std::span(ids).subspan(size_t(i), size_t(std::min(chunk, P - i))), *kv,
+        model->forward(*be, *pool, seq,
+                       std::span(ids).subspan(size_t(i), size_t(std::min(chunk, P - i))),
                        logits.data(), false);
       pre.push_back(now_s() - t0);
       t0 = now_s();
       for (int64_t i = 0; i < a.n; ++i) {
         const int32_t tok[1] = {argmax(logits)};
-        model->forward(*be, tok, *kv, logits.data(), false);
+        model->forward(*be, *pool, seq, tok, logits.data(), false);
       }
       dec.push_back(now_s() - t0);
     }

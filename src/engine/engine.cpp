@@ -11,7 +11,7 @@ namespace basalt {
 namespace {
 
 // log-softmax of `id` and the k best alternatives, from raw logits (before penalties).
-void fill_logprobs(const std::vector<float>& logits, int32_t id, int k, TokenEvent& ev) {
+void fill_logprobs(std::span<const float> logits, int32_t id, int k, TokenEvent& ev) {
   const float mx = *std::max_element(logits.begin(), logits.end());
   double sum = 0.0;
   for (float l : logits) sum += std::exp(double(l - mx));
@@ -22,7 +22,8 @@ void fill_logprobs(const std::vector<float>& logits, int32_t id, int k, TokenEve
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = int32_t(i);
   k = std::min<int>(k, int(idx.size()));
   std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
-    return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
+    return logits[size_t(a)] > logits[size_t(b)] ||
+           (logits[size_t(a)] == logits[size_t(b)] && a < b);
   });
   for (int i = 0; i < k; ++i)
     ev.top.emplace_back(idx[size_t(i)], float(double(logits[size_t(idx[size_t(i)])]) - lse));
@@ -35,6 +36,18 @@ Engine::Engine(Model& model, Backend& backend, EngineConfig cfg)
   model_.check_backend(be_);
   max_context_ = cfg_.max_context > 0 ? std::min(cfg_.max_context, model_.config().max_context)
                                       : model_.config().max_context;
+  cfg_.max_batch = std::max(cfg_.max_batch, 1);
+  cfg_.step_tokens = std::max<int64_t>(cfg_.step_tokens, cfg_.max_batch);
+  const int64_t kv_tokens =
+      cfg_.kv_tokens > 0 ? cfg_.kv_tokens : max_context_ * int64_t(cfg_.max_batch);
+  if (kv_tokens < max_context_)
+    fail("[engine] a KV pool of {} positions cannot hold one full context of {}", kv_tokens,
+         max_context_);
+  pool_ = model_.new_kv_pool(kv_tokens, cfg_.block_size);
+  stats_.kv_blocks_total = pool_->n_blocks();
+  spdlog::info("engine: {} sequences, context {}, KV pool {} blocks × {} ({:.1f} MiB)",
+               cfg_.max_batch, max_context_, pool_->n_blocks(), pool_->block_size(),
+               double(pool_->bytes()) / (1 << 20));
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -45,12 +58,8 @@ Engine::~Engine() {
   }
   cv_.notify_all();
   thread_.join();
-  for (Job& j : queue_) {
-    TokenEvent ev;
-    ev.finished = true;
-    ev.finish_reason = "cancelled";
-    j.cb(ev);
-  }
+  for (auto& s : running_) finish(*s, "cancelled");
+  for (auto& s : queue_) finish(*s, "cancelled");
 }
 
 uint64_t Engine::submit(EngineRequest req, Callback cb) {
@@ -61,9 +70,15 @@ uint64_t Engine::submit(EngineRequest req, Callback cb) {
   for (int32_t t : req.prompt)
     if (t < 0 || t >= model_.config().vocab)
       fail("[engine] token id {} out of range [0, {})", t, model_.config().vocab);
+  auto s = std::make_unique<Seq>();
+  s->history = req.prompt;
+  s->req = std::move(req);
+  s->cb = std::move(cb);
   std::lock_guard<std::mutex> lk(mu_);
-  const uint64_t id = next_id_++;
-  queue_.push_back(Job{id, std::move(req), std::move(cb)});
+  s->id = next_id_++;
+  const uint64_t id = s->id;
+  queue_.push_back(std::move(s));
+  ++stats_.requests_total;
   stats_.queued = int64_t(queue_.size());
   cv_.notify_all();
   return id;
@@ -72,6 +87,7 @@ uint64_t Engine::submit(EngineRequest req, Callback cb) {
 void Engine::cancel(uint64_t id) {
   std::lock_guard<std::mutex> lk(mu_);
   cancelled_[id] = true;
+  cv_.notify_all();
 }
 
 EngineStats Engine::stats() const {
@@ -79,100 +95,170 @@ EngineStats Engine::stats() const {
   return stats_;
 }
 
-void Engine::loop() {
-  for (;;) {
-    Job job;
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
-      if (stop_) return;
-      job = std::move(queue_.front());
-      queue_.pop_front();
-      stats_.queued = int64_t(queue_.size());
-      stats_.running = 1;
-      ++stats_.requests_total;
-    }
-    try {
-      run_job(job);
-    } catch (const std::exception& e) {
-      TokenEvent ev;
-      ev.finished = true;
-      ev.finish_reason = "error";
-      ev.error = e.what();
-      job.cb(ev);
-    }
-    std::lock_guard<std::mutex> lk(mu_);
-    stats_.running = 0;
-    cancelled_.erase(job.id);
-  }
-}
-
-void Engine::run_job(Job& job) {
-  const EngineRequest& r = job.req;
-  const ModelConfig& c = model_.config();
-  const int64_t P = int64_t(r.prompt.size());
-  const int64_t cap = std::min(max_context_, P + std::max<int64_t>(r.max_new_tokens, 0));
-  auto kv = model_.new_kv_cache(std::max(cap, P + 1));
-  std::vector<float> logits(size_t(c.vocab));
-  const int64_t chunk = cfg_.prefill_chunk > 0 ? cfg_.prefill_chunk : P;
-  for (int64_t i = 0; i < P; i += chunk)
-    model_.forward(be_, std::span(r.prompt).subspan(size_t(i), size_t(std::min(chunk, P - i))),
-                   *kv, logits.data(), false);
+void Engine::finish(Seq& s, const std::string& reason, const std::string& error) {
+  pool_->release(s.kv);
   {
     std::lock_guard<std::mutex> lk(mu_);
-    stats_.prompt_tokens_total += P;
+    stats_.kv_blocks_used = pool_->blocks_used();
   }
-  std::vector<int32_t> history(r.prompt);
-  int64_t generated = 0;
-  std::string reason = "length";
-  for (int64_t i = 0; i < r.max_new_tokens; ++i) {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (cancelled_.count(job.id) || stop_) {
-        reason = "cancelled";
-        break;
+  TokenEvent ev;
+  ev.finished = true;
+  ev.finish_reason = reason;
+  ev.error = error;
+  ev.prompt_tokens = int64_t(s.req.prompt.size());
+  ev.completion_tokens = s.generated;
+  ev.cached_prompt_tokens = s.cached;
+  s.cb(ev);
+}
+
+// Moves waiting requests into the running set, attaching cached prefix blocks.
+void Engine::admit() {
+  std::lock_guard<std::mutex> lk(mu_);
+  while (!queue_.empty() && int(running_.size()) < cfg_.max_batch) {
+    std::unique_ptr<Seq> s = std::move(queue_.front());
+    queue_.pop_front();
+    if (cancelled_.erase(s->id)) {
+      finish(*s, "cancelled");
+      continue;
+    }
+    // At least the last known token is recomputed: its logits pick the next token.
+    const int64_t hit = pool_->attach_prefix(s->kv, s->history, int64_t(s->history.size()) - 1);
+    if (!s->prompt_counted) {
+      s->cached = std::min<int64_t>(hit, int64_t(s->req.prompt.size()));
+      stats_.prefix_cache_hit_tokens += s->cached;
+      stats_.prompt_tokens_total += int64_t(s->req.prompt.size());
+      s->prompt_counted = true;
+    }
+    running_.push_back(std::move(s));
+  }
+  stats_.queued = int64_t(queue_.size());
+}
+
+// Recompute-style preemption: the youngest running sequence gives back its blocks and waits
+// at the head of the queue; its tokens so far are kept, so it resumes where it stopped.
+void Engine::preempt_youngest() {
+  std::unique_ptr<Seq> s = std::move(running_.back());
+  running_.pop_back();
+  pool_->release(s->kv);
+  spdlog::debug("engine: preempted request {} ({} tokens)", s->id, s->history.size());
+  std::lock_guard<std::mutex> lk(mu_);
+  queue_.push_front(std::move(s));
+  ++stats_.preemptions;
+}
+
+bool Engine::step() {
+  admit();
+  // Cancelled requests leave before the pass.
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    for (size_t i = 0; i < running_.size();) {
+      if (cancelled_.erase(running_[i]->id) || stop_) {
+        lk.unlock();
+        finish(*running_[i], "cancelled");
+        lk.lock();
+        running_.erase(running_.begin() + long(i));
+      } else {
+        ++i;
       }
     }
-    const std::vector<float> raw = logits;
-    std::vector<float> work = logits;
-    int32_t tok = size_t(i) < r.forced_output.size()
-                      ? r.forced_output[size_t(i)]
-                      : sample_token(work, r.sampling, history, int64_t(history.size()));
-    if (!r.forced_output.empty() && size_t(i) >= r.forced_output.size()) {
-      reason = "stop";
-      break;
+  }
+  if (running_.empty()) return false;
+
+  // Each running sequence feeds its unfed tokens: a prefill chunk or one decode token.
+  std::vector<Model::BatchItem> batch;
+  std::vector<Seq*> in_batch;
+  int64_t budget = cfg_.step_tokens;
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Seq& s = *running_[i];
+    const int64_t unfed = int64_t(s.history.size()) - s.kv.length;
+    const int64_t n = std::min(unfed, budget);
+    if (!pool_->reserve(s.kv, n)) {
+      if (running_.size() == 1)
+        fail("[engine] the KV pool ({} blocks) cannot hold request {}", pool_->n_blocks(), s.id);
+      preempt_youngest();  // may be s itself: then the loop ends at the new size
+      continue;
     }
-    history.push_back(tok);
-    const bool eos = !r.ignore_eos &&
-                     std::find(c.eos_ids.begin(), c.eos_ids.end(), tok) != c.eos_ids.end();
-    const bool stop_id = std::find(r.stop_ids.begin(), r.stop_ids.end(), tok) != r.stop_ids.end();
-    if (eos || stop_id) {
-      reason = "stop";
-      break;
+    batch.push_back({&s.kv, std::span(s.history).subspan(size_t(s.kv.length), size_t(n)), false});
+    in_batch.push_back(&s);
+    budget -= n;
+    ++i;
+  }
+  if (batch.empty()) return true;
+  const int64_t V = model_.config().vocab;
+  logits_.resize(batch.size() * size_t(V));
+  model_.forward(be_, *pool_, batch, logits_.data());
+
+  // Sequences whose tokens are all fed now pick their next token.
+  const ModelConfig& c = model_.config();
+  std::vector<Seq*> done;
+  for (size_t b = 0; b < in_batch.size(); ++b) {
+    Seq& s = *in_batch[b];
+    if (s.kv.length < int64_t(s.history.size())) continue;  // mid-prefill
+    const std::span<const float> raw(logits_.data() + b * size_t(V), size_t(V));
+    const EngineRequest& r = s.req;
+    if (s.generated >= r.max_new_tokens) {
+      finish(s, "length");
+      done.push_back(&s);
+      continue;
+    }
+    int32_t tok;
+    if (!r.forced_output.empty()) {
+      if (size_t(s.generated) >= r.forced_output.size()) {
+        finish(s, "stop");
+        done.push_back(&s);
+        continue;
+      }
+      tok = r.forced_output[size_t(s.generated)];
+    } else {
+      std::vector<float> work(raw.begin(), raw.end());
+      tok = sample_token(work, r.sampling, s.history, int64_t(s.history.size()));
+    }
+    const bool eos =
+        !r.ignore_eos && std::find(c.eos_ids.begin(), c.eos_ids.end(), tok) != c.eos_ids.end();
+    if (eos || std::find(r.stop_ids.begin(), r.stop_ids.end(), tok) != r.stop_ids.end()) {
+      finish(s, "stop");
+      done.push_back(&s);
+      continue;
     }
     TokenEvent ev;
     ev.token = tok;
     fill_logprobs(raw, tok, r.top_logprobs, ev);
-    ++generated;
+    s.history.push_back(tok);
+    ++s.generated;
     {
       std::lock_guard<std::mutex> lk(mu_);
       ++stats_.completion_tokens_total;
     }
-    job.cb(ev);
-    if (i + 1 == r.max_new_tokens) break;
-    if (kv->length() + 1 > kv->capacity()) {
-      reason = "length";
-      break;
+    s.cb(ev);
+    if (s.generated >= r.max_new_tokens || int64_t(s.history.size()) >= max_context_) {
+      finish(s, "length");
+      done.push_back(&s);
     }
-    const int32_t one[1] = {tok};
-    model_.forward(be_, one, *kv, logits.data(), false);
   }
-  TokenEvent fin;
-  fin.finished = true;
-  fin.finish_reason = reason;
-  fin.prompt_tokens = P;
-  fin.completion_tokens = generated;
-  job.cb(fin);
+  std::erase_if(running_, [&](const std::unique_ptr<Seq>& p) {
+    return std::find(done.begin(), done.end(), p.get()) != done.end();
+  });
+  std::lock_guard<std::mutex> lk(mu_);
+  stats_.running = int64_t(running_.size());
+  stats_.kv_blocks_used = pool_->blocks_used();
+  return true;
+}
+
+void Engine::loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty() || !running_.empty(); });
+      if (stop_) return;
+    }
+    try {
+      step();
+    } catch (const std::exception& e) {
+      spdlog::error("engine step failed: {}", e.what());
+      for (auto& s : running_) finish(*s, "error", e.what());
+      running_.clear();
+    }
+  }
 }
 
 }  // namespace basalt

@@ -1,7 +1,11 @@
 // Engine: the serving core. Requests are submitted from any thread; one engine thread runs
-// forward passes and delivers each request's tokens through its callback, in order.
-// (First cut: requests run one at a time; continuous batching over a paged KV cache replaces
-// the loop behind this same interface.)
+// continuous batching: every step, waiting requests join (up to max_batch sequences), each
+// running sequence contributes its next prefill chunk or its one decode token to a single
+// forward pass, finished or cancelled sequences leave at once. KV lives in a paged pool with a
+// prefix cache (a repeated system prompt is not prefilled again); when blocks run out the
+// youngest sequence is preempted and later recomputed. Kernels keep each row's arithmetic
+// independent of the batch, and each draw is keyed by (seed, position), so a request's output
+// does not depend on what else runs (EXACTNESS.md).
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -27,16 +31,16 @@ struct EngineRequest {
   SamplingParams sampling;
   std::vector<int32_t> stop_ids;  // besides the model's EOS ids (unless ignore_eos)
   bool ignore_eos = false;
-  int top_logprobs = 0;           // > 0: report that many alternatives per token
+  int top_logprobs = 0;  // > 0: report that many alternatives per token
   // Test-only: when non-empty, these tokens are emitted instead of sampled ones (the forward
   // passes still run). Lets end-to-end tests fix the model's output (e.g. a tool call).
   std::vector<int32_t> forced_output;
 };
 
 struct TokenEvent {
-  int32_t token = -1;   // -1 on the final event when no token comes with it
-  float logprob = 0.0f;                          // log-softmax of the chosen token
-  std::vector<std::pair<int32_t, float>> top;    // top_logprobs alternatives, best first
+  int32_t token = -1;                          // -1 on the final event when no token comes with it
+  float logprob = 0.0f;                        // log-softmax of the chosen token
+  std::vector<std::pair<int32_t, float>> top;  // top_logprobs alternatives, best first
   bool finished = false;
   std::string finish_reason;  // "stop" (EOS/stop id), "length", "cancelled", "error"
   std::string error;          // set when finish_reason == "error"
@@ -45,15 +49,18 @@ struct TokenEvent {
 };
 
 struct EngineConfig {
-  int64_t max_context = 0;  // 0: the model's
-  int max_batch = 8;        // sequences decoded together (--parallel)
-  int64_t prefill_chunk = 256;
+  int64_t max_context = 0;    // 0: the model's
+  int max_batch = 8;          // sequences running together (--parallel)
+  int64_t step_tokens = 256;  // most tokens in one forward pass (prefill chunks + decodes)
+  int64_t kv_tokens = 0;      // KV pool size in positions; 0: max_context × max_batch
+  int64_t block_size = 16;    // positions per KV block
 };
 
 struct EngineStats {
   int64_t queued = 0, running = 0;
   int64_t requests_total = 0, prompt_tokens_total = 0, completion_tokens_total = 0;
   int64_t prefix_cache_hit_tokens = 0;
+  int64_t preemptions = 0;
   int64_t kv_blocks_used = 0, kv_blocks_total = 0;
 };
 
@@ -72,25 +79,35 @@ class Engine {
   int64_t max_context() const { return max_context_; }
 
  private:
-  struct Job {
-    uint64_t id;
+  struct Seq {
+    uint64_t id = 0;
     EngineRequest req;
     Callback cb;
+    KvSequence kv;
+    std::vector<int32_t> history;  // prompt + generated tokens
+    int64_t generated = 0, cached = 0;
+    bool prompt_counted = false;
   };
   void loop();
-  void run_job(Job& job);
+  bool step();  // one forward pass over the running sequences; false when idle
+  void admit();
+  void finish(Seq& s, const std::string& reason, const std::string& error = "");
+  void preempt_youngest();
 
   Model& model_;
   Backend& be_;
   EngineConfig cfg_;
   int64_t max_context_;
+  std::unique_ptr<KvPool> pool_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Job> queue_;
+  std::deque<std::unique_ptr<Seq>> queue_;     // waiting (guarded by mu_)
+  std::vector<std::unique_ptr<Seq>> running_;  // engine thread only
   std::map<uint64_t, bool> cancelled_;
   uint64_t next_id_ = 1;
   bool stop_ = false;
   EngineStats stats_;
+  std::vector<float> logits_;
   std::thread thread_;
 };
 

@@ -14,14 +14,14 @@ double now_s() {
 }
 }  // namespace
 
-void Generator::prefill(std::span<const int32_t> tokens, int64_t chunk, KvCache& kv,
-                        std::vector<float>& last_logits) {
+void Generator::prefill(std::span<const int32_t> tokens, int64_t chunk, KvPool& pool,
+                        KvSequence& seq, std::vector<float>& last_logits) {
   const int64_t T = int64_t(tokens.size());
   if (chunk <= 0) chunk = T;
   last_logits.resize(size_t(model_.config().vocab));
   for (int64_t i = 0; i < T; i += chunk) {
     const int64_t n = std::min(chunk, T - i);
-    model_.forward(be_, tokens.subspan(size_t(i), size_t(n)), kv, last_logits.data(), false);
+    model_.forward(be_, pool, seq, tokens.subspan(size_t(i), size_t(n)), last_logits.data(), false);
   }
 }
 
@@ -37,12 +37,13 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
     fail("[generate] the prompt has {} tokens; the context holds {}", st.prompt_tokens, ctx);
   const int64_t capacity =
       std::min(ctx, st.prompt_tokens + std::max<int64_t>(opt.max_new_tokens, 0));
-  auto kv = model_.new_kv_cache(std::max<int64_t>(capacity, st.prompt_tokens + 1));
+  auto pool = model_.new_kv_pool(std::max<int64_t>(capacity, st.prompt_tokens + 1));
+  KvSequence seq;
 
   std::vector<int32_t> history(prompt.begin(), prompt.end());
   std::vector<float> logits;
   double t0 = now_s();
-  prefill(prompt, opt.prefill_chunk, *kv, logits);
+  prefill(prompt, opt.prefill_chunk, *pool, seq, logits);
   st.prefill_s = now_s() - t0;
 
   t0 = now_s();
@@ -66,12 +67,12 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
       break;
     }
     if (i + 1 == opt.max_new_tokens) break;
-    if (kv->length() + 1 > kv->capacity()) {
+    if (seq.length + 1 > capacity) {
       st.stop_reason = "context";
       break;
     }
     const int32_t one[1] = {tok};
-    model_.forward(be_, one, *kv, logits.data(), false);
+    model_.forward(be_, *pool, seq, one, logits.data(), false);
   }
   st.decode_s = now_s() - t0;
   return st;
@@ -83,11 +84,12 @@ std::vector<float> Generator::logits(std::span<const int32_t> tokens, int64_t ch
   if (T > model_.config().max_context)
     fail("[logits] {} tokens exceed the context length {}", T, model_.config().max_context);
   if (chunk <= 0) chunk = T;
-  auto kv = model_.new_kv_cache(T);
+  auto pool = model_.new_kv_pool(T);
+  KvSequence seq;
   std::vector<float> out(size_t(T * V));
   for (int64_t i = 0; i < T; i += chunk) {
     const int64_t n = std::min(chunk, T - i);
-    model_.forward(be_, tokens.subspan(size_t(i), size_t(n)), *kv, out.data() + i * V, true);
+    model_.forward(be_, *pool, seq, tokens.subspan(size_t(i), size_t(n)), out.data() + i * V, true);
   }
   return out;
 }

@@ -43,7 +43,7 @@ class Generator {
 
  private:
   // Runs tokens through the model in chunks; leaves the last row's logits in last_logits.
-  void prefill(std::span<const int32_t> tokens, int64_t chunk, KvCache& kv,
+  void prefill(std::span<const int32_t> tokens, int64_t chunk, KvPool& pool, KvSequence& seq,
                std::vector<float>& last_logits);
   Model& model_;
   Backend& be_;

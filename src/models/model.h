@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "io/checkpoint.h"
-#include "kv/kv_cache.h"
+#include "kv/kv_pool.h"
 #include "ops/backend.h"
 
 namespace basalt {
@@ -63,23 +63,37 @@ class Model {
   int64_t param_count() const;
   std::string weight_dtypes() const;  // e.g. "BF16 (matrices), F32 (norms)"
 
-  // Runs tokens at positions [kv.length(), kv.length() + T) of one sequence, appends their
-  // keys/values to kv, and writes logits [T, V] (all_logits) or [1, V] (last row only).
-  void forward(Backend& be, std::span<const int32_t> tokens, KvCache& kv, float* logits,
-               bool all_logits);
-  std::unique_ptr<KvCache> new_kv_cache(int64_t capacity) const;
+  // One pass over several sequences (continuous batching): each item's tokens sit at
+  // positions [seq.length, seq.length + n) of its sequence; the rows of all items run
+  // together. K/V of the new rows go into the pool (the caller has reserved the blocks) and
+  // are committed. Logits: for each item in order, all its rows (all_logits) or its last
+  // row, [rows, V] in `logits`. A row's result does not depend on the other rows.
+  struct BatchItem {
+    KvSequence* seq = nullptr;
+    std::span<const int32_t> tokens;
+    bool all_logits = false;
+  };
+  void forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch, float* logits);
+  // One sequence: reserves its blocks (throws when the pool is full), then runs the pass.
+  void forward(Backend& be, KvPool& pool, KvSequence& seq, std::span<const int32_t> tokens,
+               float* logits, bool all_logits);
+  // A pool for `tokens` positions in blocks of `block_size`.
+  std::unique_ptr<KvPool> new_kv_pool(int64_t tokens, int64_t block_size = 16) const;
   // Load-time capability check: throws, naming the tensor, if the backend cannot run one of
   // this model's weights (ARCHITECTURE.md: fail at load, never mid-request).
   void check_backend(const Backend& be) const;
 
  private:
-  void rope_tables(int64_t pos0, int64_t T);
+  void rope_tables(const std::vector<int64_t>& pos);
   ModelConfig cfg_;
   ModelWeights w_;
   io::Checkpoint ckpt_;
   std::vector<float> inv_freq_;  // [rope.dim / 2]
   // Scratch of one pass, grown on demand (the planner replaces this with the CUDA issue).
   std::vector<float> x_, xn_, q_, k_, v_, att_, o_, gate_, up_, cos_, sin_;
+  std::vector<int64_t> pos_;
+  std::vector<int32_t> ids_;
+  std::vector<const int32_t*> tables_;
 };
 
 // Opens the checkpoint at path ("" = embedded default model) and builds the model.

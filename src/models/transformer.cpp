@@ -78,8 +78,9 @@ std::string Model::weight_dtypes() const {
   return s;
 }
 
-std::unique_ptr<KvCache> Model::new_kv_cache(int64_t capacity) const {
-  return std::make_unique<KvCache>(cfg_.n_layers, capacity, cfg_.n_kv_heads, cfg_.head_dim);
+std::unique_ptr<KvPool> Model::new_kv_pool(int64_t tokens, int64_t block_size) const {
+  return std::make_unique<KvPool>(cfg_.n_layers, (tokens + block_size - 1) / block_size, block_size,
+                                  cfg_.n_kv_heads, cfg_.head_dim);
 }
 
 void Model::check_backend(const Backend& be) const {
@@ -96,12 +97,12 @@ void Model::check_backend(const Backend& be) const {
   }
 }
 
-void Model::rope_tables(int64_t pos0, int64_t T) {
-  const int64_t half = cfg_.rope.dim / 2;
+void Model::rope_tables(const std::vector<int64_t>& pos) {
+  const int64_t half = cfg_.rope.dim / 2, T = int64_t(pos.size());
   grow(cos_, T * half);
   grow(sin_, T * half);
   for (int64_t t = 0; t < T; ++t) {
-    const float p = float(pos0 + t);
+    const float p = float(pos[size_t(t)]);
     for (int64_t i = 0; i < half; ++i) {
       const float a = p * inv_freq_[size_t(i)];
       cos_[size_t(t * half + i)] = std::cos(a);
@@ -110,18 +111,37 @@ void Model::rope_tables(int64_t pos0, int64_t T) {
   }
 }
 
-void Model::forward(Backend& be, std::span<const int32_t> tokens, KvCache& kv, float* logits,
-                    bool all_logits) {
+void Model::forward(Backend& be, KvPool& pool, KvSequence& seq, std::span<const int32_t> tokens,
+                    float* logits, bool all_logits) {
+  if (!pool.reserve(seq, int64_t(tokens.size())))
+    fail("[model] the KV cache is full: {} + {} positions do not fit", seq.length, tokens.size());
+  const BatchItem item{&seq, tokens, all_logits};
+  forward(be, pool, std::span(&item, 1), logits);
+}
+
+void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch, float* logits) {
   const ModelConfig& c = cfg_;
-  const int64_t T = int64_t(tokens.size());
   const int64_t E = c.hidden, H = c.n_heads, Hkv = c.n_kv_heads, D = c.head_dim, F = c.intermediate,
                 V = c.vocab;
-  const int64_t pos0 = kv.length();
+  // Rows of the pass: each item's tokens in order, with their positions and block tables.
+  ids_.clear();
+  pos_.clear();
+  tables_.clear();
+  for (const BatchItem& it : batch) {
+    const int64_t n = int64_t(it.tokens.size());
+    const int64_t cap = int64_t(it.seq->blocks.size()) * pool.block_size();
+    if (it.seq->length + n > cap)
+      fail("[model] sequence needs {} positions, {} reserved", it.seq->length + n, cap);
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t id = it.tokens[size_t(i)];
+      if (id < 0 || id >= V) fail("[model] token id {} out of range [0, {})", id, V);
+      ids_.push_back(id);
+      pos_.push_back(it.seq->length + i);
+      tables_.push_back(it.seq->blocks.data());
+    }
+  }
+  const int64_t T = int64_t(ids_.size());
   if (T == 0) return;
-  if (pos0 + T > kv.capacity())
-    fail("[model] sequence of {} tokens exceeds the KV cache capacity {}", pos0 + T, kv.capacity());
-  for (int32_t id : tokens)
-    if (id < 0 || id >= V) fail("[model] token id {} out of range [0, {})", id, V);
 
   grow(x_, T * E);   // residual stream [T, E]
   grow(xn_, T * E);  // normed input [T, E]
@@ -132,10 +152,11 @@ void Model::forward(Backend& be, std::span<const int32_t> tokens, KvCache& kv, f
   grow(o_, T * E);
   grow(gate_, T * F);
   grow(up_, T * F);
-  rope_tables(pos0, T);
+  rope_tables(pos_);
 
-  be.embedding(w_.embed, tokens.data(), T, x_.data());
+  be.embedding(w_.embed, ids_.data(), T, x_.data());
   const float scale = 1.0f / std::sqrt(float(D));
+  const int64_t row = Hkv * D;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w_.layers[size_t(l)];
     be.rmsnorm(x_.data(), L.attn_norm.data(), xn_.data(), T, E, c.rms_eps);
@@ -152,9 +173,22 @@ void Model::forward(Backend& be, std::span<const int32_t> tokens, KvCache& kv, f
     be.rope(q_.data(), T, H, D, c.rope.dim, cos_.data(), sin_.data(), c.rope.style);
     be.rope(k_.data(), T, Hkv, D, c.rope.dim, cos_.data(), sin_.data(), c.rope.style);
     // Write this pass's K/V rows into the cache before attention reads them.
-    std::copy_n(k_.data(), T * Hkv * D, kv.k(l) + pos0 * Hkv * D);
-    std::copy_n(v_.data(), T * Hkv * D, kv.v(l) + pos0 * Hkv * D);
-    AttentionArgs a{q_.data(), kv.k(l), kv.v(l), att_.data(), T, H, Hkv, D, pos0, scale};
+    int64_t t = 0;
+    for (const BatchItem& it : batch)
+      for (size_t i = 0; i < it.tokens.size(); ++i, ++t) {
+        const int64_t off = pool.offset(*it.seq, pos_[size_t(t)]);
+        std::copy_n(k_.data() + t * row, row, pool.k(l) + off);
+        std::copy_n(v_.data() + t * row, row, pool.v(l) + off);
+      }
+    AttentionArgs a;
+    a.q = q_.data();
+    a.out = att_.data();
+    a.k = pool.k(l);
+    a.v = pool.v(l);
+    a.T = T, a.H = H, a.Hkv = Hkv, a.D = D, a.block_size = pool.block_size();
+    a.block_tables = tables_.data();
+    a.pos = pos_.data();
+    a.scale = scale;
     be.attention(a);
     be.matmul(att_.data(), T, L.wo, o_.data());
     add_bias(o_.data(), L.bo, T);
@@ -167,13 +201,19 @@ void Model::forward(Backend& be, std::span<const int32_t> tokens, KvCache& kv, f
     be.matmul(gate_.data(), T, L.w_down, o_.data());
     be.add(x_.data(), o_.data(), T * E);
   }
-  kv.set_length(pos0 + T);
+  for (const BatchItem& it : batch) pool.commit(*it.seq, it.tokens);
 
-  const int64_t first = all_logits ? 0 : T - 1;
-  const int64_t rows = T - first;
-  be.rmsnorm(x_.data() + first * E, w_.out_norm.data(), xn_.data(), rows, E, c.rms_eps);
+  // Final norm and LM head on the rows that need logits only.
+  int64_t rows = 0, first = 0;
+  for (const BatchItem& it : batch) {
+    const int64_t n = int64_t(it.tokens.size());
+    const int64_t from = it.all_logits ? 0 : n - 1;
+    for (int64_t i = from; i < n; ++i, ++rows)
+      be.rmsnorm(x_.data() + (first + i) * E, w_.out_norm.data(), xn_.data() + rows * E, 1, E,
+                 c.rms_eps);
+    first += n;
+  }
   be.matmul(xn_.data(), rows, w_.lm_head, logits);
-  (void)V;
 }
 
 }  // namespace basalt

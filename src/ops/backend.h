@@ -26,14 +26,25 @@ enum class RopeStyle : uint8_t {
   Interleaved  // GPT-J / llama.cpp "norm": pairs (2i, 2i + 1)
 };
 
+// Causal attention of T query rows over a paged KV cache. Row t belongs to a sequence whose
+// block table is block_tables[t]; it sits at position pos[t] and attends to keys 0..pos[t]
+// (its own key included: K/V rows of the pass are written to the cache first).
 struct AttentionArgs {
   const float* q = nullptr;  // [T, H, D]
-  const float* k = nullptr;  // cache [P_cap, Hkv, D]; rows 0 .. pos0+T-1 are valid
-  const float* v = nullptr;  // cache [P_cap, Hkv, D]
   float* out = nullptr;      // [T, H, D]
-  int64_t T = 0, H = 0, Hkv = 0, D = 0;
-  int64_t pos0 = 0;  // position of q row 0; row t attends to keys 0 .. pos0 + t
+  const float* k = nullptr;  // this layer's key blocks [n_blocks, block_size, Hkv, D]
+  const float* v = nullptr;  // this layer's value blocks, same layout
+  int64_t T = 0, H = 0, Hkv = 0, D = 0, block_size = 0;
+  const int32_t* const* block_tables = nullptr;  // [T] → the row's block ids
+  const int64_t* pos = nullptr;                  // [T]
   float scale = 1.0f;
+
+  // Where key/value j of row t starts.
+  const float* key(int64_t t, int64_t j) const { return k + kv_offset(t, j); }
+  const float* value(int64_t t, int64_t j) const { return v + kv_offset(t, j); }
+  int64_t kv_offset(int64_t t, int64_t j) const {
+    return (int64_t(block_tables[t][j / block_size]) * block_size + j % block_size) * Hkv * D;
+  }
 };
 
 class Backend {
@@ -52,7 +63,7 @@ class Backend {
   // x[T, heads, D] rotated in place over its first `rot` dims; cos/sin [T, rot/2].
   virtual void rope(float* x, int64_t T, int64_t heads, int64_t D, int64_t rot, const float* cos,
                     const float* sin, RopeStyle style) = 0;
-  // Causal GQA attention of T query rows over the KV cache.
+  // Causal GQA attention of T query rows over the paged KV cache.
   virtual void attention(const AttentionArgs& a) = 0;
   // out[i] = silu(gate[i]) * up[i]
   virtual void swiglu(const float* gate, const float* up, float* out, int64_t n) = 0;

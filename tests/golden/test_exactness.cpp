@@ -31,12 +31,13 @@ void check_chunkings(const std::string& path, int64_t T) {
   EXPECT_EQ(0, std::memcmp(whole.data(), one_thread.data(), whole.size() * 4)) << "1 thread";
 
   // Decode steps (T = 1 forward passes after a prefill) give the same last-row logits.
-  auto kv = model->new_kv_cache(T);
+  auto pool = model->new_kv_pool(T);
+  KvSequence seq;
   std::vector<float> last(static_cast<size_t>(V));
   const int64_t pre = T / 2;
-  model->forward(*be2, std::span(ids).first(size_t(pre)), *kv, last.data(), false);
+  model->forward(*be2, *pool, seq, std::span(ids).first(size_t(pre)), last.data(), false);
   for (int64_t p = pre; p < T; ++p) {
-    model->forward(*be2, std::span(ids).subspan(size_t(p), 1), *kv, last.data(), false);
+    model->forward(*be2, *pool, seq, std::span(ids).subspan(size_t(p), 1), last.data(), false);
     ASSERT_EQ(0, std::memcmp(last.data(), whole.data() + p * V, size_t(V) * 4))
         << "decode step at position " << p;
   }

@@ -51,30 +51,29 @@ class CpuBackend final : public Backend {
     ref::rope(x, T, heads, D, rot, cos, sin, style);
   }
 
-  // One task per (query row, head); each visits keys 0..p in order, so the result of a
-  // query does not depend on which other rows share the pass.
+  // One task per (query row, head); each visits its keys 0..p in order, so the result of a
+  // query does not depend on which other rows (or sequences) share the pass.
   void attention(const AttentionArgs& a) override {
     const int64_t group = a.H / a.Hkv;
-    const int64_t max_keys = a.pos0 + a.T;
     pool_.parallel_for(a.T * a.H, [&](int64_t task) {
       const int64_t t = task / a.H, h = task % a.H, hk = h / group;
-      const int64_t n_keys = a.pos0 + t + 1;
+      const int64_t n_keys = a.pos[t] + 1;
       thread_local std::vector<float> s;
-      if (s.size() < size_t(max_keys)) s.resize(size_t(max_keys));
+      if (s.size() < size_t(n_keys)) s.resize(size_t(n_keys));
       const float* q = a.q + (t * a.H + h) * a.D;
       float m = -INFINITY;
       for (int64_t j = 0; j < n_keys; ++j) {
-        s[j] = dot_f32(q, a.k + (j * a.Hkv + hk) * a.D, a.D) * a.scale;
-        m = std::max(m, s[j]);
+        s[size_t(j)] = dot_f32(q, a.key(t, j) + hk * a.D, a.D) * a.scale;
+        m = std::max(m, s[size_t(j)]);
       }
       float sum = 0.0f;
       for (int64_t j = 0; j < n_keys; ++j) {
-        s[j] = std::exp(s[j] - m);
-        sum += s[j];
+        s[size_t(j)] = std::exp(s[size_t(j)] - m);
+        sum += s[size_t(j)];
       }
       float* o = a.out + (t * a.H + h) * a.D;
       std::fill(o, o + a.D, 0.0f);
-      for (int64_t j = 0; j < n_keys; ++j) axpy_f32(o, s[j], a.v + (j * a.Hkv + hk) * a.D, a.D);
+      for (int64_t j = 0; j < n_keys; ++j) axpy_f32(o, s[size_t(j)], a.value(t, j) + hk * a.D, a.D);
       const float inv = 1.0f / sum;
       for (int64_t i = 0; i < a.D; ++i) o[i] *= inv;
     });

@@ -93,30 +93,30 @@ void rope(float* x, int64_t T, int64_t heads, int64_t D, int64_t rot, const floa
 
 void attention(const AttentionArgs& a) {
   const int64_t group = a.H / a.Hkv;
-  std::vector<float> s(size_t(a.pos0 + a.T));
   for (int64_t t = 0; t < a.T; ++t) {
-    const int64_t n_keys = a.pos0 + t + 1;
+    const int64_t n_keys = a.pos[t] + 1;
+    std::vector<float> s(static_cast<size_t>(n_keys));
     for (int64_t h = 0; h < a.H; ++h) {
       const int64_t hk = h / group;
       const float* q = a.q + (t * a.H + h) * a.D;
       float m = -INFINITY;
       for (int64_t j = 0; j < n_keys; ++j) {
-        const float* k = a.k + (j * a.Hkv + hk) * a.D;
+        const float* k = a.key(t, j) + hk * a.D;
         float d = 0.0f;
         for (int64_t i = 0; i < a.D; ++i) d += q[i] * k[i];
-        s[j] = d * a.scale;
-        m = std::max(m, s[j]);
+        s[size_t(j)] = d * a.scale;
+        m = std::max(m, s[size_t(j)]);
       }
       float sum = 0.0f;
       for (int64_t j = 0; j < n_keys; ++j) {
-        s[j] = std::exp(s[j] - m);
-        sum += s[j];
+        s[size_t(j)] = std::exp(s[size_t(j)] - m);
+        sum += s[size_t(j)];
       }
       float* o = a.out + (t * a.H + h) * a.D;
       for (int64_t i = 0; i < a.D; ++i) o[i] = 0.0f;
       for (int64_t j = 0; j < n_keys; ++j) {
-        const float* v = a.v + (j * a.Hkv + hk) * a.D;
-        for (int64_t i = 0; i < a.D; ++i) o[i] += s[j] * v[i];
+        const float* v = a.value(t, j) + hk * a.D;
+        for (int64_t i = 0; i < a.D; ++i) o[i] += s[size_t(j)] * v[i];
       }
       const float inv = 1.0f / sum;
       for (int64_t i = 0; i < a.D; ++i) o[i] *= inv;

@@ -1,0 +1,129 @@
+#include "kv/kv_pool.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace basalt {
+
+KvPool::KvPool(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t n_kv_heads,
+               int64_t head_dim)
+    : n_blocks_(n_blocks), block_size_(block_size), hkv_(n_kv_heads), d_(head_dim) {
+  if (n_blocks <= 0 || block_size <= 0)
+    fail("[kv] need a positive number of blocks and block size, got {} × {}", n_blocks, block_size);
+  const size_t per_layer = size_t(n_blocks * block_size * hkv_ * d_);
+  k_.resize(size_t(n_layers));
+  v_.resize(size_t(n_layers));
+  for (int64_t l = 0; l < n_layers; ++l) {
+    k_[size_t(l)].resize(per_layer);
+    v_[size_t(l)].resize(per_layer);
+  }
+  refcount_.assign(size_t(n_blocks), 0);
+  lru_pos_.resize(size_t(n_blocks));
+  block_hash_.assign(size_t(n_blocks), 0);
+  block_tokens_.resize(size_t(n_blocks));
+  for (int64_t b = n_blocks - 1; b >= 0; --b) free_.push_back(int32_t(b));
+}
+
+size_t KvPool::bytes() const {
+  return k_.empty() ? 0 : 2 * k_.size() * k_[0].size() * sizeof(float);
+}
+
+uint64_t KvPool::hash_block(uint64_t parent, std::span<const int32_t> tokens) {
+  uint64_t h = parent ^ 0x9e3779b97f4a7c15ull;
+  for (int32_t t : tokens) {
+    h ^= uint64_t(uint32_t(t)) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h *= 0xff51afd7ed558ccdull;
+  }
+  return h ? h : 1;  // 0 means "not cached"
+}
+
+int32_t KvPool::take_block() {
+  int32_t b;
+  if (!free_.empty()) {
+    b = free_.back();
+    free_.pop_back();
+  } else if (!lru_.empty()) {  // evict the least recently released cached block
+    b = lru_.front();
+    lru_.pop_front();
+    cache_.erase(block_hash_[size_t(b)]);
+    block_hash_[size_t(b)] = 0;
+    block_tokens_[size_t(b)].clear();
+  } else {
+    return -1;
+  }
+  refcount_[size_t(b)] = 1;
+  ++used_;
+  return b;
+}
+
+void KvPool::unref(int32_t b) {
+  if (--refcount_[size_t(b)] > 0) return;
+  --used_;
+  if (block_hash_[size_t(b)] != 0) {
+    lru_.push_back(b);
+    lru_pos_[size_t(b)] = std::prev(lru_.end());
+  } else {
+    free_.push_back(b);
+  }
+}
+
+int64_t KvPool::attach_prefix(KvSequence& s, std::span<const int32_t> prompt, int64_t max_tokens) {
+  if (s.length != 0) fail("[kv] attach_prefix on a sequence that already holds KV");
+  uint64_t parent = 0;
+  int64_t n = 0;
+  while (n + block_size_ <= std::min<int64_t>(max_tokens, int64_t(prompt.size()))) {
+    auto blk = prompt.subspan(size_t(n), size_t(block_size_));
+    const uint64_t h = hash_block(parent, blk);
+    auto it = cache_.find(h);
+    if (it == cache_.end()) break;
+    const int32_t b = it->second;
+    if (!std::equal(blk.begin(), blk.end(), block_tokens_[size_t(b)].begin())) break;
+    if (refcount_[size_t(b)]++ == 0) {  // was evictable: take it off the LRU list
+      lru_.erase(lru_pos_[size_t(b)]);
+      ++used_;
+    }
+    s.blocks.push_back(b);
+    s.hashes.push_back(h);
+    s.tokens.insert(s.tokens.end(), blk.begin(), blk.end());
+    parent = h;
+    n += block_size_;
+  }
+  s.length = n;
+  return n;
+}
+
+bool KvPool::reserve(KvSequence& s, int64_t n) {
+  const int64_t need = (s.length + n + block_size_ - 1) / block_size_ - int64_t(s.blocks.size());
+  if (need <= 0) return true;
+  if (need > blocks_available()) return false;
+  for (int64_t i = 0; i < need; ++i) s.blocks.push_back(take_block());
+  return true;
+}
+
+void KvPool::commit(KvSequence& s, std::span<const int32_t> tokens) {
+  s.tokens.insert(s.tokens.end(), tokens.begin(), tokens.end());
+  s.length += int64_t(tokens.size());
+  // Publish each newly full block under the hash of the whole prefix up to it.
+  while (int64_t(s.hashes.size()) < s.length / block_size_) {
+    const size_t i = s.hashes.size();
+    const uint64_t parent = i == 0 ? 0 : s.hashes[i - 1];
+    auto blk =
+        std::span<const int32_t>(s.tokens).subspan(i * size_t(block_size_), size_t(block_size_));
+    const uint64_t h = hash_block(parent, blk);
+    s.hashes.push_back(h);
+    const int32_t b = s.blocks[i];
+    if (block_hash_[size_t(b)] == 0 && !cache_.count(h)) {
+      block_hash_[size_t(b)] = h;
+      block_tokens_[size_t(b)].assign(blk.begin(), blk.end());
+      cache_[h] = b;
+    }
+  }
+}
+
+void KvPool::release(KvSequence& s) {
+  for (int32_t b : s.blocks) unref(b);
+  s = KvSequence{};
+}
+
+}  // namespace basalt

@@ -1,0 +1,74 @@
+// Paged KV cache: a pool of fixed-size blocks shared by every sequence, block tables per
+// sequence, and a prefix cache that finds full blocks already computed for the same tokens.
+//
+// Layout per layer (keys and values alike): [n_blocks, block_size, Hkv, D] f32.
+// A block is in one of three states: used (refcount > 0), cached (refcount 0 but holding a
+// known token prefix, evictable, least recently released first) or free.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace basalt {
+
+class KvPool;
+
+// One sequence's view of the pool: its block table and how many positions hold KV.
+struct KvSequence {
+  std::vector<int32_t> blocks;   // block ids, in position order
+  std::vector<int32_t> tokens;   // the tokens whose KV is (or is being) written, by position
+  int64_t length = 0;            // positions with valid KV
+  std::vector<uint64_t> hashes;  // prefix hash of each full block (for the prefix cache)
+};
+
+class KvPool {
+ public:
+  KvPool(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t n_kv_heads,
+         int64_t head_dim);
+
+  int64_t block_size() const { return block_size_; }
+  int64_t n_blocks() const { return n_blocks_; }
+  int64_t blocks_used() const { return used_; }
+  int64_t blocks_available() const { return int64_t(free_.size() + lru_.size()); }
+  int64_t row_floats() const { return hkv_ * d_; }
+  float* k(int64_t layer) { return k_[size_t(layer)].data(); }
+  float* v(int64_t layer) { return v_[size_t(layer)].data(); }
+  // Address of position `pos` of a sequence in layer `layer`'s key (or value) array.
+  int64_t offset(const KvSequence& s, int64_t pos) const {
+    return (int64_t(s.blocks[size_t(pos / block_size_)]) * block_size_ + pos % block_size_) *
+           row_floats();
+  }
+
+  // Reuses cached blocks for the longest prefix of `prompt` that is in the prefix cache,
+  // at most `max_tokens` tokens (whole blocks). Returns the tokens reused.
+  int64_t attach_prefix(KvSequence& s, std::span<const int32_t> prompt, int64_t max_tokens);
+  // Makes room for `n` positions; false (nothing changed) if the pool is out of blocks.
+  bool reserve(KvSequence& s, int64_t n);
+  // Records that positions [length, length + tokens.size()) now hold KV for these tokens and
+  // publishes newly completed blocks to the prefix cache.
+  void commit(KvSequence& s, std::span<const int32_t> tokens);
+  // Gives back every block of the sequence (cached blocks stay findable until evicted).
+  void release(KvSequence& s);
+  size_t bytes() const;
+
+ private:
+  int32_t take_block();  // a free block, else evicts the least recently released cached one
+  void unref(int32_t b);
+  static uint64_t hash_block(uint64_t parent, std::span<const int32_t> tokens);
+
+  int64_t n_blocks_, block_size_, hkv_, d_;
+  std::vector<std::vector<float>> k_, v_;
+  std::vector<int32_t> refcount_;
+  std::vector<int32_t> free_;
+  std::list<int32_t> lru_;  // cached blocks with refcount 0, oldest first
+  std::vector<std::list<int32_t>::iterator> lru_pos_;
+  std::vector<uint64_t> block_hash_;                // 0: not in the prefix cache
+  std::vector<std::vector<int32_t>> block_tokens_;  // tokens of cached blocks (collision check)
+  std::unordered_map<uint64_t, int32_t> cache_;     // prefix hash -> block
+  int64_t used_ = 0;
+};
+
+}  // namespace basalt
