@@ -61,6 +61,11 @@ class Model {
   const ModelConfig& config() const { return cfg_; }
   const io::Checkpoint& checkpoint() const { return ckpt_; }
   int64_t param_count() const;
+  // Bytes one decode step must read: every weight matrix once, one embedding row, and the K/V
+  // of `context` positions (f32). The numerator of the bandwidth roofline.
+  int64_t decode_bytes(int64_t context) const;
+  // Floating-point operations of one token at position `context` (matmuls + attention).
+  double token_flops(int64_t context) const;
   std::string weight_dtypes() const;  // e.g. "BF16 (matrices), F32 (norms)"
 
   // One pass over several sequences (continuous batching): each item's tokens sit at

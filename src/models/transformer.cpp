@@ -68,6 +68,28 @@ int64_t Model::param_count() const {
   return n;
 }
 
+namespace {
+int64_t weight_bytes(const WeightRef& w) { return int64_t(dtype_bytes(w.dtype, w.rows * w.cols)); }
+}  // namespace
+
+int64_t Model::decode_bytes(int64_t context) const {
+  const ModelConfig& c = cfg_;
+  int64_t b = weight_bytes(w_.lm_head) + weight_bytes(w_.embed) / c.vocab;
+  for (const LayerWeights& L : w_.layers)
+    for (const WeightRef* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      b += weight_bytes(*w);
+  return b + 2 * c.n_layers * context * c.n_kv_heads * c.head_dim * int64_t(sizeof(float));
+}
+
+double Model::token_flops(int64_t context) const {
+  const ModelConfig& c = cfg_;
+  double f = 2.0 * double(w_.lm_head.rows * w_.lm_head.cols);
+  for (const LayerWeights& L : w_.layers)
+    for (const WeightRef* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      f += 2.0 * double(w->rows * w->cols);
+  return f + 4.0 * double(c.n_layers * context * c.n_heads * c.head_dim);
+}
+
 std::string Model::weight_dtypes() const {
   std::map<std::string, int64_t> count;
   for (const auto& [name, t] : ckpt_.tensors.all())
