@@ -1,0 +1,186 @@
+// Embedding, fused residual + RMSNorm, per-head RMSNorm, RoPE, SwiGLU, f32 -> bf16.
+// Reductions (the norms' sums of squares) use one fixed order per row length: a thread's
+// strided elements in index order, then a butterfly over lanes, then warps in index order.
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+#include "backends/cuda/kernels.h"
+
+namespace basalt::cuda {
+namespace {
+
+__device__ __forceinline__ float bf(bf16_bits b) {
+  return __uint_as_float(uint32_t(b) << 16);
+}
+__device__ __forceinline__ bf16_bits to_bf(float f) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+
+// Butterfly sum: every lane ends with the same value (a + b == b + a), in an order fixed by
+// the lane count alone.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, m));
+  return v;
+}
+
+__global__ void embedding_kernel(const bf16_bits* table, int64_t V, int64_t E, const int32_t* ids,
+                                 float* out) {
+  const int64_t t = blockIdx.y;
+  const int32_t id = ids[t];
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < E;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[t * E + i] =
+        (id >= 0 && id < V) ? bf(table[int64_t(id) * E + i]) : __int_as_float(0x7fc00000);
+}
+
+constexpr int kNormThreads = 256;
+
+__global__ void __launch_bounds__(kNormThreads)
+    rmsnorm_residual_kernel(float* x, const float* delta, const bf16_bits* w, bf16_bits* y,
+                            int64_t n, float eps) {
+  __shared__ float warp_ss[kNormThreads / 32];
+  const int64_t r = blockIdx.x;
+  float* xr = x + r * n;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += kNormThreads) {
+    float v = xr[i];
+    if (delta) {
+      v = __fadd_rn(v, delta[r * n + i]);
+      xr[i] = v;
+    }
+    ss = __fmaf_rn(v, v, ss);
+  }
+  ss = warp_sum(ss);
+  if ((threadIdx.x & 31) == 0) warp_ss[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  float tot = warp_ss[0];
+#pragma unroll
+  for (int i = 1; i < kNormThreads / 32; ++i) tot = __fadd_rn(tot, warp_ss[i]);
+  const float inv = __frcp_rn(__fsqrt_rn(__fadd_rn(__fdiv_rn(tot, float(n)), eps)));
+  for (int64_t i = threadIdx.x; i < n; i += kNormThreads)
+    y[r * n + i] = to_bf(__fmul_rn(__fmul_rn(xr[i], inv), bf(w[i])));
+}
+
+__global__ void head_rmsnorm_kernel(float* x, const bf16_bits* w, int64_t rows, int64_t D,
+                                    float eps) {
+  const int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (r >= rows) return;  // whole warps leave together
+  float* xr = x + r * D;
+  float ss = 0.0f;
+  for (int64_t i = lane; i < D; i += 32) ss = __fmaf_rn(xr[i], xr[i], ss);
+  ss = warp_sum(ss);
+  const float inv = __frcp_rn(__fsqrt_rn(__fadd_rn(__fdiv_rn(ss, float(D)), eps)));
+  for (int64_t i = lane; i < D; i += 32) xr[i] = __fmul_rn(__fmul_rn(xr[i], inv), bf(w[i]));
+}
+
+__device__ __forceinline__ void rope_pair(float* v, int64_t i, int64_t half, RopeLayout layout,
+                                          float c, float s) {
+  const int64_t a = layout == RopeLayout::NeoX ? i : 2 * i;
+  const int64_t b = layout == RopeLayout::NeoX ? i + half : 2 * i + 1;
+  const float x0 = v[a], x1 = v[b];
+  v[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+  v[b] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+}
+
+// One thread per (t, head, pair i).
+__global__ void rope_kernel(float* x, int64_t T, int64_t heads, int64_t D, int64_t half,
+                            const float* cos, const float* sin, const int32_t* pos,
+                            const float* inv_freq, RopeLayout layout) {
+  const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (idx >= T * heads * half) return;
+  const int64_t i = idx % half, th = idx / half, t = th / heads;
+  float c, s;
+  if (cos) {
+    c = cos[t * half + i];
+    s = sin[t * half + i];
+  } else {
+    sincosf(__fmul_rn(float(pos[t]), inv_freq[i]), &s, &c);
+  }
+  rope_pair(x + th * D, i, half, layout, c, s);
+}
+
+__global__ void swiglu_kernel(const float* gate, const float* up, bf16_bits* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const float g = gate[i];
+    out[i] = to_bf(__fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), up[i]));
+  }
+}
+
+__global__ void convert_kernel(const float* in, bf16_bits* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = to_bf(in[i]);
+}
+
+unsigned grid_1d(int64_t n, int threads) {
+  const int64_t b = (n + threads - 1) / threads;
+  return unsigned(b < 65535 * 16 ? (b > 0 ? b : 1) : 65535 * 16);
+}
+
+}  // namespace
+
+cudaError_t embedding(const bf16_bits* table, int64_t V, int64_t E, const int32_t* ids, int64_t T,
+                      float* out, cudaStream_t s) {
+  if (T < 0 || E <= 0 || T > 65535) return cudaErrorInvalidValue;
+  if (T == 0) return cudaSuccess;
+  const dim3 grid(unsigned((E + 255) / 256 < 64 ? (E + 255) / 256 : 64), unsigned(T));
+  embedding_kernel<<<grid, 256, 0, s>>>(table, V, E, ids, out);
+  return cudaGetLastError();
+}
+
+cudaError_t rmsnorm_residual(float* x, const float* delta, const bf16_bits* w, bf16_bits* y,
+                             int64_t rows, int64_t n, float eps, cudaStream_t s) {
+  if (rows < 0 || n <= 0 || rows > 0x7fffffff) return cudaErrorInvalidValue;
+  if (rows == 0) return cudaSuccess;
+  rmsnorm_residual_kernel<<<unsigned(rows), kNormThreads, 0, s>>>(x, delta, w, y, n, eps);
+  return cudaGetLastError();
+}
+
+cudaError_t head_rmsnorm(float* x, const bf16_bits* w, int64_t rows, int64_t D, float eps,
+                         cudaStream_t s) {
+  if (rows < 0 || D <= 0) return cudaErrorInvalidValue;
+  if (rows == 0) return cudaSuccess;
+  head_rmsnorm_kernel<<<unsigned((rows + 7) / 8), 256, 0, s>>>(x, w, rows, D, eps);
+  return cudaGetLastError();
+}
+
+cudaError_t rope(float* x, int64_t T, int64_t heads, int64_t D, int64_t rot, const float* cos,
+                 const float* sin, RopeLayout layout, cudaStream_t s) {
+  if (rot <= 0 || rot % 2 || rot > D || !cos || !sin) return cudaErrorInvalidValue;
+  const int64_t n = T * heads * (rot / 2);
+  if (n == 0) return cudaSuccess;
+  rope_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(x, T, heads, D, rot / 2, cos, sin, nullptr,
+                                                        nullptr, layout);
+  return cudaGetLastError();
+}
+
+cudaError_t rope_inv_freq(float* x, int64_t T, int64_t heads, int64_t D, int64_t rot,
+                          const int32_t* pos, const float* inv_freq, RopeLayout layout,
+                          cudaStream_t s) {
+  if (rot <= 0 || rot % 2 || rot > D || !pos || !inv_freq) return cudaErrorInvalidValue;
+  const int64_t n = T * heads * (rot / 2);
+  if (n == 0) return cudaSuccess;
+  rope_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(x, T, heads, D, rot / 2, nullptr, nullptr,
+                                                        pos, inv_freq, layout);
+  return cudaGetLastError();
+}
+
+cudaError_t swiglu(const float* gate, const float* up, bf16_bits* out, int64_t n, cudaStream_t s) {
+  if (n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  swiglu_kernel<<<grid_1d(n, 256), 256, 0, s>>>(gate, up, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t convert_f32_bf16(const float* in, bf16_bits* out, int64_t n, cudaStream_t s) {
+  if (n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  convert_kernel<<<grid_1d(n, 256), 256, 0, s>>>(in, out, n);
+  return cudaGetLastError();
+}
+
+}  // namespace basalt::cuda

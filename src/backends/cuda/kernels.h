@@ -1,0 +1,93 @@
+// CUDA kernels of the Hopper backend (sm_90a), on raw device pointers and a stream. No engine
+// types: the backend (later) owns buffers and calls these. Shapes use the glossary of
+// ops/backend.h. Every launcher checks its arguments, launches, and returns the launch's
+// cudaError_t (cudaErrorInvalidValue for bad arguments); none synchronizes.
+//
+// Data types (docs/cuda.md): weights bf16 (passed as uint16_t bit patterns); the residual stream
+// and every matmul output f32; every matmul *input* bf16 (rmsnorm, swiglu and attention write
+// bf16 for the next projection); KV cache bf16 [P_cap, Hkv, D]. Accumulation is fp32 everywhere.
+//
+// Exactness (../shared/EXACTNESS.md): each output element has one reduction order that depends on
+// the shapes of weights/heads only, never on T, the position of a row in the pass, or the grid.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace basalt::cuda {
+
+using bf16_bits = uint16_t;  // a bfloat16 value's bits (__nv_bfloat16 in device code)
+
+// out[t, :] = table[ids[t], :]   table bf16 [V, E], out f32 [T, E]. An id outside [0, V)
+// writes NaN (the caller validates ids on the host; a kernel cannot throw).
+cudaError_t embedding(const bf16_bits* table, int64_t V, int64_t E, const int32_t* ids, int64_t T,
+                      float* out, cudaStream_t s);
+
+// Fused residual add + RMSNorm over rows of n: if delta != nullptr, x[r, :] += delta[r, :] (x f32,
+// in place); then y[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) * w   (w bf16 [n], y bf16).
+// One block of 256 threads per row; the sum of squares has one fixed order per n.
+cudaError_t rmsnorm_residual(float* x, const float* delta, const bf16_bits* w, bf16_bits* y,
+                             int64_t rows, int64_t n, float eps, cudaStream_t s);
+
+// Per-head RMSNorm in place (Qwen3 q/k norm): x f32 [rows, D], w bf16 [D]. One warp per row.
+cudaError_t head_rmsnorm(float* x, const bf16_bits* w, int64_t rows, int64_t D, float eps,
+                         cudaStream_t s);
+
+enum class RopeLayout : uint8_t { NeoX, Interleaved };  // = basalt::RopeStyle
+
+// RoPE in place over the first `rot` dims of each head: x f32 [T, heads, D]; cos/sin f32
+// [T, rot/2] (the host computes them, llama3 scaling included).
+cudaError_t rope(float* x, int64_t T, int64_t heads, int64_t D, int64_t rot, const float* cos,
+                 const float* sin, RopeLayout layout, cudaStream_t s);
+// The same with angles computed on the device: angle(t, i) = float(pos[t]) * inv_freq[i]
+// (f32 product, then sincosf), pos int32 [T], inv_freq f32 [rot/2].
+cudaError_t rope_inv_freq(float* x, int64_t T, int64_t heads, int64_t D, int64_t rot,
+                          const int32_t* pos, const float* inv_freq, RopeLayout layout,
+                          cudaStream_t s);
+
+// out[i] = silu(gate[i]) * up[i]: gate, up f32 [n], out bf16 [n].
+cudaError_t swiglu(const float* gate, const float* up, bf16_bits* out, int64_t n, cudaStream_t s);
+
+// out[i] = bf16(in[i]): e.g. K/V rows of a pass into the cache (out = cache + pos0*Hkv*D).
+cudaError_t convert_f32_bf16(const float* in, bf16_bits* out, int64_t n, cudaStream_t s);
+
+// --- matmul -------------------------------------------------------------------------------
+// y[T, N] = x[T, K] · W[N, K]ᵀ; x bf16, W bf16 row-major (nn.Linear), y f32. K % 8 == 0 and
+// 16-byte aligned x, W. Every y[t, n] is one chain of mma.sync.m16n8k16 (bf16 → f32) over the
+// k16 slices 0, 16, 32, ... of K in increasing order, starting from 0: no split-K, so the order
+// depends on K alone. All variants below compute exactly that chain; they differ in tiling.
+enum class MatmulKernel : uint8_t {
+  Auto,           // T > 32: Tile128; else N <= 8192: Rows16x32Deep; else Rows16x32
+  Rows16x32,      // 16 rows (T padded) × 32 columns per block, 4 warps, k-stage 128: decode
+  Rows16x16,      // 16 rows × 16 columns per block, 2 warps, k-stage 256: decode, more blocks
+  Rows16x32Deep,  // as Rows16x32 with k-stage 256 and 6 stages: more bytes in flight per SM
+  Tile128,        // 128 × 128 per block, 8 warps, k-stage 32, 4-stage cp.async: prefill
+};
+cudaError_t matmul_bf16(const bf16_bits* x, int64_t T, const bf16_bits* w, int64_t N, int64_t K,
+                        float* y, cudaStream_t s, MatmulKernel kernel = MatmulKernel::Auto);
+
+// --- attention ----------------------------------------------------------------------------
+// Causal GQA over the bf16 KV cache. Query row t (position pos0 + t) visits keys 0..pos0+t in
+// chunks of kAttnChunk positions aligned to absolute positions; within a chunk: scores
+// (sequential dot over D), chunk max, exp, a fixed 64-lane sum tree, Σ e_j·v_j in key order;
+// chunk partials (max, sum, acc) are merged left to right in increasing chunk order. Fused
+// (one warp walks all chunks of one (t, h)) and Split (one warp per chunk, then an in-order
+// merge) do the same arithmetic, so a query gives the same bits in any pass.
+constexpr int kAttnChunk = 64;
+enum class AttnKernel : uint8_t { Auto, Fused, Split };
+struct AttnArgs {
+  const float* q = nullptr;              // [T, H, D] f32 (after q-norm and RoPE)
+  const bf16_bits* k = nullptr;          // cache [P_cap, Hkv, D] bf16; rows 0 .. pos0+T-1 written
+  const bf16_bits* v = nullptr;          // cache [P_cap, Hkv, D] bf16
+  bf16_bits* out = nullptr;              // [T, H, D] bf16
+  int64_t T = 0, H = 0, Hkv = 0, D = 0;  // D in {64, 128}
+  int64_t pos0 = 0;
+  float scale = 1.0f;
+  float* workspace = nullptr;  // Split only: attention_workspace_bytes(T, H, D, pos0 + T)
+  size_t workspace_bytes = 0;
+};
+size_t attention_workspace_bytes(int64_t T, int64_t H, int64_t D, int64_t n_pos);
+cudaError_t attention(const AttnArgs& a, cudaStream_t s, AttnKernel kernel = AttnKernel::Auto);
+
+}  // namespace basalt::cuda

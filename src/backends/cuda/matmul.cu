@@ -1,0 +1,211 @@
+// y[T, N] = x[T, K] · W[N, K]ᵀ on the tensor cores (mma.sync.m16n8k16, bf16 in, f32 accumulate).
+//
+// Exactness: y[t, n] is the chain  acc = 0; for k0 = 0, 16, 32, ... < K: acc = mma(x[t, k0:k0+16],
+// W[n, k0:k0+16], acc)  — the same instruction, the same operand positions (ldmatrix from shared
+// memory in the standard fragment layout), the same k order, for every tiling below. An mma's
+// output element depends only on its own row of A, column of B and accumulator, so a row's bits
+// do not depend on which rows share its tile or on T (tests/gpu checks this bitwise). K tails
+// are zero-filled in whole 8-element pieces (K % 8 == 0), identically in every variant.
+//
+// Tilings: the k-stage (BK) and the block shape only decide what sits in shared memory when;
+// they never change the chain. Rows16x* (T padded to 16 rows, zero-filled by cp.async without
+// touching memory) stream W for decode; Tile128 reuses tiles for prefill.
+#include <cuda_bf16.h>
+
+#include "backends/cuda/kernels.h"
+
+namespace basalt::cuda {
+namespace {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return uint32_t(__cvta_generic_to_shared(p));
+}
+
+// 16-byte async copy; src_bytes = 0 fills the destination with zeros and reads nothing.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES>
+struct MmCfg {
+  static constexpr int kThreads = 32 * WARPS_M * WARPS_N;
+  static constexpr int kLds = BK + 8;  // row stride in bf16: +16 B keeps ldmatrix conflict-free
+  static constexpr int kWm = BM / WARPS_M, kWn = BN / WARPS_N;
+  static constexpr int kMt = kWm / 16, kNt = kWn / 8;
+  static constexpr size_t kSmem = size_t(STAGES) * (BM + BN) * kLds * 2;
+  static_assert(kWm % 16 == 0 && kWn % 8 == 0 && BK % 16 == 0);
+};
+
+// x [T, K], w [N, K] bf16; y [T, N] f32. Block (bx, by) owns columns bx*BN.., rows by*BM...
+template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES>
+__global__ void __launch_bounds__(MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>::kThreads)
+    matmul_bf16_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
+                       float* __restrict__ y, int T, int N, int K) {
+  using C = MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto* sa = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [STAGES][BM][kLds]
+  auto* sb = sa + STAGES * BM * C::kLds;                  // [STAGES][BN][kLds]
+
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int wm = (warp / WARPS_N) * C::kWm, wn = (warp % WARPS_N) * C::kWn;
+  const int KT = (K + BK - 1) / BK;
+
+  auto load_stage = [&](int stage, int kt) {
+    const int k0 = kt * BK;
+    constexpr int kChunksRow = BK / 8;
+    __nv_bfloat16* da = sa + stage * BM * C::kLds;
+    for (int c = threadIdx.x; c < BM * kChunksRow; c += C::kThreads) {
+      const int r = c / kChunksRow, kc = (c % kChunksRow) * 8;
+      const bool ok = (m0 + r < T) && (k0 + kc < K);
+      cp_async16(da + r * C::kLds + kc, ok ? x + size_t(m0 + r) * K + k0 + kc : x, ok ? 16 : 0);
+    }
+    __nv_bfloat16* db = sb + stage * BN * C::kLds;
+    for (int c = threadIdx.x; c < BN * kChunksRow; c += C::kThreads) {
+      const int r = c / kChunksRow, kc = (c % kChunksRow) * 8;
+      const bool ok = (n0 + r < N) && (k0 + kc < K);
+      cp_async16(db + r * C::kLds + kc, ok ? w + size_t(n0 + r) * K + k0 + kc : w, ok ? 16 : 0);
+    }
+  };
+
+  float acc[C::kMt][C::kNt][4];
+#pragma unroll
+  for (int i = 0; i < C::kMt; ++i)
+#pragma unroll
+    for (int j = 0; j < C::kNt; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+#pragma unroll
+  for (int st = 0; st < STAGES - 1; ++st) {
+    if (st < KT) load_stage(st, st);
+    cp_async_commit();
+  }
+
+  for (int kt = 0; kt < KT; ++kt) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();  // stage kt landed for all; stage kt-1 is no longer read by anyone
+    if (kt + STAGES - 1 < KT) load_stage((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
+    cp_async_commit();
+
+    const __nv_bfloat16* ta = sa + (kt % STAGES) * BM * C::kLds;
+    const __nv_bfloat16* tb = sb + (kt % STAGES) * BN * C::kLds;
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      uint32_t af[C::kMt][4];
+#pragma unroll
+      for (int i = 0; i < C::kMt; ++i)
+        ldmatrix_x4(af[i], ta + (wm + i * 16 + (lane & 15)) * C::kLds + kk + (lane >> 4) * 8);
+      uint32_t bfr[C::kNt][2];
+#pragma unroll
+      for (int j = 0; j + 1 < C::kNt; j += 2) {
+        uint32_t r[4];
+        ldmatrix_x4(r, tb + (wn + j * 8 + (lane & 7) + (lane >> 4) * 8) * C::kLds + kk +
+                           ((lane >> 3) & 1) * 8);
+        bfr[j][0] = r[0];
+        bfr[j][1] = r[1];
+        bfr[j + 1][0] = r[2];
+        bfr[j + 1][1] = r[3];
+      }
+      if constexpr (C::kNt % 2) {
+        constexpr int j = C::kNt - 1;
+        uint32_t r[2];
+        ldmatrix_x2(r, tb + (wn + j * 8 + (lane & 7)) * C::kLds + kk + ((lane >> 3) & 1) * 8);
+        bfr[j][0] = r[0];
+        bfr[j][1] = r[1];
+      }
+#pragma unroll
+      for (int i = 0; i < C::kMt; ++i)
+#pragma unroll
+        for (int j = 0; j < C::kNt; ++j) mma_bf16(acc[i][j], af[i], bfr[j][0], bfr[j][1]);
+    }
+  }
+  cp_async_wait<0>();
+
+  // Accumulator layout: c0,c1 at (row lane/4, cols 2*(lane%4) + {0,1}); c2,c3 at row + 8.
+#pragma unroll
+  for (int i = 0; i < C::kMt; ++i)
+#pragma unroll
+    for (int j = 0; j < C::kNt; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = m0 + wm + i * 16 + (lane >> 2) + (e >> 1) * 8;
+        const int c = n0 + wn + j * 8 + (lane & 3) * 2 + (e & 1);
+        if (r < T && c < N) y[size_t(r) * N + c] = acc[i][j][e];
+      }
+}
+
+template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES>
+cudaError_t launch(const bf16_bits* x, int T, const bf16_bits* w, int N, int K, float* y,
+                   cudaStream_t s) {
+  using C = MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>;
+  auto* kern = matmul_bf16_kernel<BM, BN, BK, WARPS_M, WARPS_N, STAGES>;
+  static bool attr_set = false;  // per instantiation; idempotent, so a race is harmless
+  if (!attr_set) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::kSmem));
+    if (e != cudaSuccess) return e;
+    attr_set = true;
+  }
+  const dim3 grid(unsigned((N + BN - 1) / BN), unsigned((T + BM - 1) / BM));
+  kern<<<grid, C::kThreads, C::kSmem, s>>>(reinterpret_cast<const __nv_bfloat16*>(x),
+                                           reinterpret_cast<const __nv_bfloat16*>(w), y, T, N, K);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t matmul_bf16(const bf16_bits* x, int64_t T, const bf16_bits* w, int64_t N, int64_t K,
+                        float* y, cudaStream_t s, MatmulKernel kernel) {
+  if (T < 0 || N <= 0 || K <= 0 || K % 8 || T > 0x7fffffff || N > 0x7fffffff || K > 0x7fffffff ||
+      (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16)
+    return cudaErrorInvalidValue;
+  if (T == 0) return cudaSuccess;
+  // A tiling choice only: every variant gives the same bits (tests/gpu). Measured on the H200
+  // (docs/cuda.md): the deep pipeline wins when N/32 blocks leave SMs with one block each.
+  if (kernel == MatmulKernel::Auto)
+    kernel = T > 32      ? MatmulKernel::Tile128
+             : N <= 8192 ? MatmulKernel::Rows16x32Deep
+                         : MatmulKernel::Rows16x32;
+  switch (kernel) {
+    case MatmulKernel::Rows16x16:
+      return launch<16, 16, 256, 1, 2, 4>(x, int(T), w, int(N), int(K), y, s);
+    case MatmulKernel::Rows16x32Deep:
+      return launch<16, 32, 256, 1, 4, 6>(x, int(T), w, int(N), int(K), y, s);
+    case MatmulKernel::Tile128:
+      return launch<128, 128, 32, 2, 4, 4>(x, int(T), w, int(N), int(K), y, s);
+    case MatmulKernel::Rows16x32:
+    default:
+      return launch<16, 32, 128, 1, 4, 4>(x, int(T), w, int(N), int(K), y, s);
+  }
+}
+
+}  // namespace basalt::cuda
