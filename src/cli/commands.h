@@ -17,6 +17,7 @@ Runner add_detokenize(CLI::App& app);
 Runner add_logits(CLI::App& app);
 Runner add_info(CLI::App& app);
 Runner add_bench(CLI::App& app);
+Runner add_synth(CLI::App& app);
 
 // "1,2,3", "1 2 3" or "[1, 2, 3]" → ids; throws basalt::Error on anything else.
 std::vector<int32_t> parse_ids(const std::string& s);

@@ -1,0 +1,182 @@
+#include "models/synth.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "io/safetensors_write.h"
+
+namespace basalt {
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+ojson llama_config(int64_t hidden, int64_t inter, int64_t layers, int64_t heads, int64_t kv,
+                   int64_t vocab, double theta, int64_t max_pos, bool tied, double rope_factor,
+                   int64_t orig_ctx) {
+  ojson c = {{"architectures", {"LlamaForCausalLM"}},
+             {"model_type", "llama"},
+             {"hidden_size", hidden},
+             {"intermediate_size", inter},
+             {"num_hidden_layers", layers},
+             {"num_attention_heads", heads},
+             {"num_key_value_heads", kv},
+             {"head_dim", hidden / heads},
+             {"vocab_size", vocab},
+             {"max_position_embeddings", max_pos},
+             {"rms_norm_eps", 1e-5},
+             {"rope_theta", theta},
+             {"hidden_act", "silu"},
+             {"attention_bias", false},
+             {"mlp_bias", false},
+             {"tie_word_embeddings", tied},
+             {"bos_token_id", 128000},
+             {"eos_token_id", {128001, 128008, 128009}},
+             {"torch_dtype", "bfloat16"}};
+  if (rope_factor > 0)
+    c["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", rope_factor},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", orig_ctx}};
+  return c;
+}
+
+ojson qwen3_config(int64_t hidden, int64_t inter, int64_t layers, int64_t heads, int64_t kv,
+                   int64_t head_dim, int64_t vocab, int64_t max_pos, bool tied) {
+  return {{"architectures", {"Qwen3ForCausalLM"}},
+          {"model_type", "qwen3"},
+          {"hidden_size", hidden},
+          {"intermediate_size", inter},
+          {"num_hidden_layers", layers},
+          {"num_attention_heads", heads},
+          {"num_key_value_heads", kv},
+          {"head_dim", head_dim},
+          {"vocab_size", vocab},
+          {"max_position_embeddings", max_pos},
+          {"rms_norm_eps", 1e-6},
+          {"rope_theta", 1000000.0},
+          {"hidden_act", "silu"},
+          {"attention_bias", false},
+          {"tie_word_embeddings", tied},
+          {"bos_token_id", 151643},
+          {"eos_token_id", 151645},
+          {"torch_dtype", "bfloat16"}};
+}
+
+uint64_t mix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t name_hash(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
+const std::vector<SynthPreset>& synth_presets() {
+  static const std::vector<SynthPreset> p = {
+      {"llama-3.1-8b", "Llama 3.1 8B shapes (GQA 32/8, llama3 rope scaling)",
+       llama_config(4096, 14336, 32, 32, 8, 128256, 500000.0, 131072, false, 8.0, 8192)},
+      {"llama-3.2-1b", "Llama 3.2 1B shapes (tied embeddings)",
+       llama_config(2048, 8192, 16, 32, 8, 128256, 500000.0, 131072, true, 32.0, 8192)},
+      {"qwen3-8b", "Qwen3 8B shapes",
+       qwen3_config(4096, 12288, 36, 32, 8, 128, 151936, 40960, false)},
+      {"qwen3-0.6b", "Qwen3 0.6B shapes (tied embeddings)",
+       qwen3_config(1024, 3072, 28, 16, 8, 128, 151936, 40960, true)},
+      {"tiny-llama", "a 2-layer Llama for tests",
+       llama_config(64, 128, 2, 4, 2, 256, 10000.0, 512, false, 0.0, 0)},
+      {"tiny-qwen3", "a 2-layer Qwen3 for tests",
+       qwen3_config(64, 128, 2, 4, 2, 32, 256, 512, true)},
+  };
+  return p;
+}
+
+const SynthPreset& synth_preset(const std::string& name) {
+  std::string names;
+  for (const SynthPreset& p : synth_presets()) {
+    if (p.name == name) return p;
+    names += (names.empty() ? "" : ", ") + p.name;
+  }
+  fail("[synth] unknown preset '{}' (presets: {})", name, names);
+}
+
+void synth_write(const SynthPreset& preset, DType dtype, const std::string& out_dir,
+                 uint64_t seed) {
+  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16)
+    fail("[synth] dtype {} is not supported (f32, f16, bf16)", dtype_name(dtype));
+  const ojson& c = preset.config;
+  const int64_t E = c["hidden_size"], F = c["intermediate_size"], L = c["num_hidden_layers"],
+                H = c["num_attention_heads"], Hkv = c["num_key_value_heads"], D = c["head_dim"],
+                V = c["vocab_size"];
+  const bool qwen3 = c["model_type"] == "qwen3";
+  std::vector<io::TensorToWrite> ts;
+  const float amp = 0.02f * std::sqrt(3.0f);  // uniform [-a, a] has std a / sqrt(3)
+  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
+    const uint64_t key = mix(seed ^ name_hash(name));
+    ts.push_back(
+        {name, dtype, {rows, cols}, [key, amp, dtype](int64_t first, int64_t n, uint8_t* out) {
+           for (int64_t i = 0; i < n; ++i) {
+             const double u = double(mix(key + uint64_t(first + i)) >> 11) * 0x1.0p-53;
+             const float v = float(2.0 * u - 1.0) * amp;
+             if (dtype == DType::F32)
+               std::memcpy(out + 4 * i, &v, 4);
+             else {
+               const uint16_t h = dtype == DType::BF16 ? f32_to_bf16(v) : f32_to_f16(v);
+               std::memcpy(out + 2 * i, &h, 2);
+             }
+           }
+         }});
+  };
+  auto ones = [&](const std::string& name, int64_t n) {
+    ts.push_back({name, dtype, {n}, [dtype](int64_t, int64_t cnt, uint8_t* out) {
+                    const float one = 1.0f;
+                    const uint16_t h = dtype == DType::BF16 ? f32_to_bf16(1.0f) : f32_to_f16(1.0f);
+                    for (int64_t i = 0; i < cnt; ++i) {
+                      if (dtype == DType::F32)
+                        std::memcpy(out + 4 * i, &one, 4);
+                      else
+                        std::memcpy(out + 2 * i, &h, 2);
+                    }
+                  }});
+  };
+  matrix("model.embed_tokens.weight", V, E);
+  ones("model.norm.weight", E);
+  if (!c["tie_word_embeddings"].get<bool>()) matrix("lm_head.weight", V, E);
+  for (int64_t l = 0; l < L; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    ones(p + "input_layernorm.weight", E);
+    ones(p + "post_attention_layernorm.weight", E);
+    matrix(p + "self_attn.q_proj.weight", H * D, E);
+    matrix(p + "self_attn.k_proj.weight", Hkv * D, E);
+    matrix(p + "self_attn.v_proj.weight", Hkv * D, E);
+    matrix(p + "self_attn.o_proj.weight", E, H * D);
+    if (qwen3) {
+      ones(p + "self_attn.q_norm.weight", D);
+      ones(p + "self_attn.k_norm.weight", D);
+    }
+    matrix(p + "mlp.gate_proj.weight", F, E);
+    matrix(p + "mlp.up_proj.weight", F, E);
+    matrix(p + "mlp.down_proj.weight", E, F);
+  }
+  std::filesystem::create_directories(out_dir);
+  ojson cfg = c;
+  cfg["torch_dtype"] = dtype == DType::F32   ? "float32"
+                       : dtype == DType::F16 ? "float16"
+                                             : "bfloat16";
+  std::ofstream(out_dir + "/config.json") << cfg.dump(2) << "\n";
+  const ojson gen = {{"bos_token_id", c["bos_token_id"]}, {"eos_token_id", c["eos_token_id"]}};
+  std::ofstream(out_dir + "/generation_config.json") << gen.dump(2) << "\n";
+  io::safetensors_write(out_dir + "/model.safetensors", std::move(ts),
+                        {{"format", "pt"}, {"basalt_synth", preset.name}});
+}
+
+}  // namespace basalt
