@@ -1,6 +1,7 @@
 #include "core/dtype.h"
 
 #include <cmath>
+#include <iterator>
 
 #include "core/error.h"
 
@@ -22,7 +23,10 @@ constexpr Info kInfo[] = {
     {DType::U8, "U8", 1, 1},           {DType::U16, "U16", 1, 2},
     {DType::U32, "U32", 1, 4},         {DType::U64, "U64", 1, 8},
     {DType::BOOL, "BOOL", 1, 1},       {DType::Q8_0, "Q8_0", 32, 34},
+    {DType::Q4_0, "Q4_0", 32, 18},     {DType::Q4_K, "Q4_K", 256, 144},
+    {DType::Q5_K, "Q5_K", 256, 176},   {DType::Q6_K, "Q6_K", 256, 210},
 };
+static_assert(std::size(kInfo) == size_t(DType::Q6_K) + 1, "one row per DType, in order");
 const Info& info(DType t) {
   return kInfo[static_cast<int>(t)];
 }
@@ -64,6 +68,10 @@ bool dtype_is_float(DType t) {
     case DType::F8_E4M3:
     case DType::F8_E5M2:
     case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
       return true;
     default:
       return false;
@@ -165,6 +173,13 @@ double dtype_read_f64(DType t, const void* data, int64_t i) {
       std::memcpy(&d, b, 2);
       return double(f16_to_f32(d)) * double(int8_t(b[2 + i % 32]));
     }
+    case DType::Q4_0:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+      // Only whole rows are decoded (ref::weight_row_f32); GGUF never stores vectors in them.
+      fail("[dtype] element reads of {} tensors are not supported (dequantize whole rows)",
+           dtype_name(t));
   }
   fail("[dtype] unknown dtype");
 }

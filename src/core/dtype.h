@@ -26,6 +26,11 @@ enum class DType : uint8_t {
   U64,
   BOOL,
   Q8_0,  // GGUF block: f16 scale d, then 32 int8 q; x = d * q
+  // GGUF (ggml) block-quantized types; layouts and formulas in ops/ref/quants.h.
+  Q4_0,  // 32 elements in 18 bytes: f16 d, 16 bytes of nibbles; x = d * (q - 8)
+  Q4_K,  // 256 elements in 144 bytes: 8 sub-blocks of 32, 6-bit scales and mins
+  Q5_K,  // 256 elements in 176 bytes: Q4_K plus a fifth bit per element
+  Q6_K,  // 256 elements in 210 bytes: 16 sub-blocks of 16, int8 scales
 };
 
 // Elements per block (1 for plain types) and bytes per block.

@@ -31,8 +31,20 @@ bool supported_type(uint32_t t, DType* out) {
     case 1:
       *out = DType::F16;
       return true;
+    case 2:
+      *out = DType::Q4_0;
+      return true;
     case 8:
       *out = DType::Q8_0;
+      return true;
+    case 12:
+      *out = DType::Q4_K;
+      return true;
+    case 13:
+      *out = DType::Q5_K;
+      return true;
+    case 14:
+      *out = DType::Q6_K;
       return true;
     case 30:
       *out = DType::BF16;

@@ -83,8 +83,13 @@ class Binder {
       case DType::BF16:
         return r;
       case DType::Q8_0:
-        if (cols % 32 != 0)
-          fail("[{}] {}: Q8_0 tensor '{}' rows not whole blocks", arch_, file_, name);
+      case DType::Q4_0:
+      case DType::Q4_K:
+      case DType::Q5_K:
+      case DType::Q6_K:
+        if (cols % dtype_block_elems(t.dtype) != 0)
+          fail("[{}] {}: {} tensor '{}' rows not whole blocks", arch_, file_, dtype_name(t.dtype),
+               name);
         return r;
       case DType::F64:
       case DType::F8_E4M3:

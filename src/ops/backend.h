@@ -13,7 +13,8 @@
 namespace basalt {
 
 // A weight matrix [N, K] row-major (PyTorch's nn.Linear layout), in host memory for the
-// CPU backends. dtype: F32, F16, BF16 or Q8_0 (blocks along K).
+// CPU backends. dtype: F32, F16, BF16, or a GGUF block type (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K:
+// blocks along K).
 struct WeightRef {
   DType dtype = DType::F32;
   int64_t rows = 0;  // N

@@ -17,7 +17,7 @@ using test::expect_error;
 using test::GgufWriter;
 using test::put;
 
-enum : uint32_t { kF32 = 0, kF16 = 1, kQ8_0 = 8, kQ4_K = 12, kBF16 = 30 };
+enum : uint32_t { kF32 = 0, kF16 = 1, kQ4_1 = 3, kQ8_0 = 8, kBF16 = 30 };
 
 // A small file with every metadata value type and one tensor of each supported type.
 GgufWriter small_writer() {
@@ -214,8 +214,8 @@ TEST(Gguf, RejectsBadTensors) {
     edit(w);
     return w;
   };
-  expect_error([&] { parse(with([](GgufWriter& w) { w.tensors[0].type = kQ4_K; }).build()); },
-               {"[gguf] mem.gguf: tensor 'blk.0.attn_q.weight' has unsupported tensor type Q4_K"});
+  expect_error([&] { parse(with([](GgufWriter& w) { w.tensors[0].type = kQ4_1; }).build()); },
+               {"[gguf] mem.gguf: tensor 'blk.0.attn_q.weight' has unsupported tensor type Q4_1"});
   expect_error([&] { parse(with([](GgufWriter& w) { w.tensors[0].type = 99; }).build()); },
                {"tensor 'blk.0.attn_q.weight' has unknown tensor type 99"});
   expect_error(

@@ -19,7 +19,19 @@ class CpuBackend final : public Backend {
     return fmt::format("cpu ({}, {} threads)", simd_target_name(), pool_.size());
   }
   bool supports_weight(DType t) const override {
-    return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0;
+    switch (t) {
+      case DType::F32:
+      case DType::F16:
+      case DType::BF16:
+      case DType::Q8_0:
+      case DType::Q4_0:
+      case DType::Q4_K:
+      case DType::Q5_K:
+      case DType::Q6_K:
+        return true;
+      default:
+        return false;
+    }
   }
 
   // Split over output columns N in blocks of 16 (each thread owns whole dot products).

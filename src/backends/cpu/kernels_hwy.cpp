@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "backends/cpu/kernels_hwy.h"
+#include "backends/cpu/matmul_quant-inl.h"
 #include "core/dtype.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -45,26 +46,6 @@ struct RowF16 {
     return f16_to_f32(u);
   }
 };
-// Q8_0: blocks of 32 = f16 scale + 32 int8; w = d * q (the product rounded to f32 first).
-struct RowQ8 {
-  const uint8_t* p;
-  HWY_INLINE float scale(int64_t k) const {
-    uint16_t u;
-    std::memcpy(&u, p + (k / 32) * 34, 2);
-    return f16_to_f32(u);
-  }
-  HWY_INLINE hn::Vec<DF> load(DF d, int64_t k) const {
-    const hn::Rebind<int8_t, DF> d8;
-    const hn::Rebind<int32_t, DF> d32;
-    const auto* q = reinterpret_cast<const int8_t*>(p + (k / 32) * 34 + 2 + k % 32);
-    auto v = hn::ConvertTo(d, hn::PromoteTo(d32, hn::LoadU(d8, q)));
-    return hn::Mul(v, hn::Set(d, scale(k)));
-  }
-  HWY_INLINE float at(int64_t k) const {
-    return scale(k) * float(reinterpret_cast<const int8_t*>(p + (k / 32) * 34 + 2)[k % 32]);
-  }
-};
-
 // R rows of x against C rows of W. Per (r, c) pair the schedule is fixed: acc0 takes vector
 // steps 0, 2, 4…, acc1 steps 1, 3, 5…, a final odd vector step goes to acc0, then the scalar
 // tail in order, then (sum(acc0 + acc1)) + tail.
@@ -147,12 +128,21 @@ void MatmulRows(const float* x, int64_t T, const WeightRef& w, int64_t n0, int64
       MatmulT<RowF16>(x, T, K, n0, n1, y, ldy, [&](int64_t n) { return RowF16{p + n * K}; });
       break;
     }
-    case DType::Q8_0: {
-      const auto* p = static_cast<const uint8_t*>(w.data);
-      const int64_t row_bytes = (K / 32) * 34;
-      MatmulT<RowQ8>(x, T, K, n0, n1, y, ldy, [&](int64_t n) { return RowQ8{p + n * row_bytes}; });
+    case DType::Q8_0:  // GGUF block types: matmul_quant-inl.h
+      quant::MatmulQuant<quant::RowQ8_0>(x, T, w, n0, n1, y, ldy);
       break;
-    }
+    case DType::Q4_0:
+      quant::MatmulQuant<quant::RowQ4_0>(x, T, w, n0, n1, y, ldy);
+      break;
+    case DType::Q4_K:
+      quant::MatmulQuant<quant::RowQ4K>(x, T, w, n0, n1, y, ldy);
+      break;
+    case DType::Q5_K:
+      quant::MatmulQuant<quant::RowQ5K>(x, T, w, n0, n1, y, ldy);
+      break;
+    case DType::Q6_K:
+      quant::MatmulQuant<quant::RowQ6K>(x, T, w, n0, n1, y, ldy);
+      break;
     default:
       break;  // rejected by CpuBackend::supports_weight before any call
   }

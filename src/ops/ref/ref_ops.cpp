@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "ops/ref/quants.h"
 
 namespace basalt::ref {
 
@@ -25,15 +26,13 @@ void weight_row_f32(const WeightRef& w, int64_t n, float* out) {
       for (int64_t k = 0; k < K; ++k) out[k] = bf16_to_f32(p[k]);
       return;
     }
-    case DType::Q8_0: {
-      const uint8_t* row = base + n * (K / 32) * 34;
-      for (int64_t b = 0; b < K / 32; ++b) {
-        uint16_t dh;
-        std::memcpy(&dh, row + b * 34, 2);
-        const float d = f16_to_f32(dh);
-        const auto* q = reinterpret_cast<const int8_t*>(row + b * 34 + 2);
-        for (int j = 0; j < 32; ++j) out[b * 32 + j] = d * float(q[j]);
-      }
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K: {
+      const int64_t blocks = K / dtype_block_elems(w.dtype);
+      dequant_blocks(w.dtype, base + n * blocks * dtype_block_bytes(w.dtype), blocks, out);
       return;
     }
     default:
@@ -140,7 +139,19 @@ class RefBackend final : public Backend {
  public:
   std::string name() const override { return "ref"; }
   bool supports_weight(DType t) const override {
-    return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0;
+    switch (t) {
+      case DType::F32:
+      case DType::F16:
+      case DType::BF16:
+      case DType::Q8_0:
+      case DType::Q4_0:
+      case DType::Q4_K:
+      case DType::Q5_K:
+      case DType::Q6_K:
+        return true;
+      default:
+        return false;
+    }
   }
   void matmul(const float* x, int64_t T, const WeightRef& w, float* y) override {
     ref::matmul(x, T, w, y);

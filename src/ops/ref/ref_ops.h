@@ -8,7 +8,7 @@
 
 namespace basalt::ref {
 
-// Row n of W as f32 (handles F32/F16/BF16/Q8_0): out[K].
+// Row n of W as f32 (F32/F16/BF16 and the GGUF block types of ops/ref/quants.h): out[K].
 void weight_row_f32(const WeightRef& w, int64_t n, float* out);
 
 void matmul(const float* x, int64_t T, const WeightRef& w, float* y);
