@@ -64,7 +64,9 @@ class StreamDecoder {
  private:
   const Tokenizer& tok_;
   std::vector<int32_t> ids_;
-  size_t emitted_ = 0;  // bytes of decode(ids_) already returned
+  // Text already returned is decode(ids_[0, read_)); only the window from prefix_ (the start of
+  // the previously returned piece) is decoded again, so a token costs O(window), not O(n).
+  size_t prefix_ = 0, read_ = 0;
 };
 
 }  // namespace basalt::tok
