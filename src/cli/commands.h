@@ -18,6 +18,9 @@ Runner add_logits(CLI::App& app);
 Runner add_info(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_synth(CLI::App& app);
+Runner add_serve(CLI::App& app);
+Runner add_env(CLI::App& app);
+Runner add_run(CLI::App& app);
 
 // "1,2,3", "1 2 3" or "[1, 2, 3]" → ids; throws basalt::Error on anything else.
 std::vector<int32_t> parse_ids(const std::string& s);

@@ -162,7 +162,11 @@ bool Engine::step() {
       }
     }
   }
-  if (running_.empty()) return false;
+  if (running_.empty()) {
+    std::lock_guard<std::mutex> lk(mu_);
+    stats_.running = 0;
+    return false;
+  }
 
   // Each running sequence feeds its unfed tokens: a prefill chunk or one decode token.
   std::vector<Model::BatchItem> batch;

@@ -1,0 +1,128 @@
+// basalt serve: the OpenAI- and Anthropic-compatible HTTP server (docs/server.md).
+#include <pthread.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "backends/cpu/cpu_backend.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "server/http_server.h"
+#include "server/server_context.h"
+#include "tokenizer/tokenizer.h"
+
+namespace basalt::cli {
+namespace {
+
+struct ServeArgs {
+  std::string model;
+  server::ServerOptions opt;
+  int64_t max_context = 0;
+  int parallel = 8;
+  int threads = 0;
+};
+
+// The directory's (or file's) base name; "basalt-default" for the embedded model.
+std::string default_served_name(const std::string& path) {
+  if (path.empty()) return "basalt-default";
+  std::filesystem::path p(path);
+  while (!p.empty() && p.filename().empty()) p = p.parent_path();  // "dir/" → "dir"
+  std::string name = p.filename().string();
+  if (p.extension() == ".gguf") name = p.stem().string();
+  return name.empty() ? std::string("basalt-default") : name;
+}
+
+// End-of-turn tokens the chat formats use; generation stops at them as at EOS.
+std::vector<int32_t> end_of_turn_ids(const tok::Tokenizer& t) {
+  std::vector<int32_t> ids;
+  for (const char* p :
+       {"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>"}) {
+    const int32_t id = t.piece_to_id(p);
+    if (id >= 0 && t.is_special(id)) ids.push_back(id);
+  }
+  if (t.eos_id() >= 0) ids.push_back(t.eos_id());
+  return ids;
+}
+
+int run_serve(ServeArgs a) {
+  // SIGINT/SIGTERM are taken by one thread with sigwait (threads created from here on inherit
+  // the mask); a client that goes away must not kill the server with SIGPIPE.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  if (a.opt.api_key.empty())
+    if (const char* k = std::getenv("BASALT_API_KEY")) a.opt.api_key = k;
+  if (a.opt.served_name.empty()) a.opt.served_name = default_served_name(a.model);
+
+  auto model = model_load(a.model);
+  auto tok = tok::tokenizer_from_checkpoint(model->checkpoint());
+  auto be = cpu::make_cpu_backend(a.threads);
+  EngineConfig cfg;
+  cfg.max_context = a.max_context;
+  cfg.max_batch = a.parallel;
+  Engine engine(*model, *be, cfg);
+
+  server::ServerContext ctx(engine, *tok, a.opt);
+  ctx.end_of_turn_ids = end_of_turn_ids(*tok);
+  ctx.created = std::chrono::duration_cast<std::chrono::seconds>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count();
+  server::HttpServer srv(ctx);
+  const int port = srv.bind();
+
+  std::thread sig_thread([&] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    if (!ctx.stopping.exchange(true))
+      std::fprintf(stderr, "basalt serve: %s, shutting down\n",
+                   sig == SIGINT ? "SIGINT" : "SIGTERM");
+    srv.stop();
+  });
+  std::fprintf(
+      stderr, "basalt serve: http://%s:%d  model '%s' (%s), context %lld, parallel %d%s%s\n",
+      a.opt.host.c_str(), port, a.opt.served_name.c_str(), model_label(a.model).c_str(),
+      (long long)engine.max_context(), a.parallel,
+      a.opt.api_key.empty() ? "" : ", API key required", a.opt.test_hooks ? ", TEST HOOKS ON" : "");
+  std::fflush(stderr);
+  srv.run();
+  if (!ctx.stopping.exchange(true)) pthread_kill(sig_thread.native_handle(), SIGTERM);
+  sig_thread.join();
+  return 0;
+}
+
+}  // namespace
+
+Runner add_serve(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  CLI::App* sc = app.add_subcommand("serve", "OpenAI- and Anthropic-compatible HTTP server");
+  sc->add_option("-m,--model", a->model,
+                 "HF model directory or .gguf file (default: the embedded model)");
+  sc->add_option("--host", a->opt.host, "Address to bind (default 127.0.0.1: this machine only)");
+  sc->add_option("--port", a->opt.port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
+  sc->add_option("--api-key", a->opt.api_key,
+                 "Require this key (Authorization: Bearer or x-api-key); default $BASALT_API_KEY");
+  sc->add_option("--max-context", a->max_context, "Context length (default: the model's)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 30));
+  sc->add_option("--parallel", a->parallel, "Sequences run together (default 8)")
+      ->check(CLI::Range(1, 1024));
+  sc->add_option("--served-model-name", a->opt.served_name,
+                 "Model name in the API (default: the model's base name or basalt-default)");
+  sc->add_option("-t,--threads", a->threads, "CPU threads (default: all)");
+  sc->add_option("--http-threads", a->opt.http_threads,
+                 "HTTP worker threads, one per open connection (default 256)")
+      ->check(CLI::Range(1, 4096));
+  sc->add_flag("--enable-test-hooks", a->opt.test_hooks,
+               "Honour the test-only request field basalt_forced_output (never in production)");
+  return [a] { return run_serve(*a); };
+}
+
+}  // namespace basalt::cli

@@ -1,0 +1,107 @@
+#include "server/metrics.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace basalt::server {
+
+Histogram::Histogram(std::vector<double> upper_bounds)
+    : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double v) {
+  const size_t i = size_t(std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin());
+  ++counts_[i];
+  sum_ += v;
+  ++count_;
+}
+
+std::string Histogram::render(const std::string& name, const std::string& help) const {
+  std::string s = fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+  uint64_t cum = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cum += counts_[i];
+    s += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds_[i], cum);
+  }
+  cum += counts_.back();
+  s += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, cum, name, sum_,
+                   name, count_);
+  return s;
+}
+
+Metrics::Metrics()
+    : ttft_({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}),
+      itl_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}) {}
+
+void Metrics::count_request(const std::string& endpoint, int status) {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++requests_[{endpoint, status}];
+}
+
+void Metrics::count_tokens(int64_t prompt, int64_t completion) {
+  std::lock_guard<std::mutex> lk(mu_);
+  prompt_tokens_ += prompt;
+  completion_tokens_ += completion;
+}
+
+void Metrics::generation_started() {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++active_;
+}
+
+void Metrics::generation_finished(const std::string& reason) {
+  std::lock_guard<std::mutex> lk(mu_);
+  --active_;
+  ++finished_[reason];
+}
+
+void Metrics::observe_ttft(double seconds) {
+  std::lock_guard<std::mutex> lk(mu_);
+  ttft_.observe(seconds);
+}
+
+void Metrics::observe_itl(double seconds) {
+  std::lock_guard<std::mutex> lk(mu_);
+  itl_.observe(seconds);
+}
+
+int64_t Metrics::active_generations() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return active_;
+}
+
+std::string Metrics::render(const EngineStats& es) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::string s;
+  s += "# HELP basalt_http_requests_total HTTP requests by endpoint and status.\n";
+  s += "# TYPE basalt_http_requests_total counter\n";
+  for (const auto& [k, n] : requests_)
+    s += fmt::format("basalt_http_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n", k.first,
+                     k.second, n);
+  s += "# HELP basalt_generations_total Generations by finish reason.\n";
+  s += "# TYPE basalt_generations_total counter\n";
+  for (const auto& [r, n] : finished_)
+    s += fmt::format("basalt_generations_total{{reason=\"{}\"}} {}\n", r, n);
+  auto one = [&](const char* name, const char* type, const char* help, auto v) {
+    s += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, v);
+  };
+  one("basalt_generations_active", "gauge", "Generations the HTTP layer is serving now.", active_);
+  one("basalt_prompt_tokens_total", "counter", "Prompt tokens of finished generations.",
+      prompt_tokens_);
+  one("basalt_completion_tokens_total", "counter", "Tokens generated (finished generations).",
+      completion_tokens_);
+  one("basalt_requests_queued", "gauge", "Engine requests waiting to start.", es.queued);
+  one("basalt_requests_running", "gauge", "Engine requests running.", es.running);
+  one("basalt_engine_requests_total", "counter", "Requests the engine has started.",
+      es.requests_total);
+  one("basalt_kv_blocks_used", "gauge", "KV cache blocks in use.", es.kv_blocks_used);
+  one("basalt_kv_blocks_total", "gauge", "KV cache blocks in the pool.", es.kv_blocks_total);
+  one("basalt_prefix_cache_hit_tokens_total", "counter",
+      "Prompt tokens served from the prefix cache.", es.prefix_cache_hit_tokens);
+  s += ttft_.render("basalt_time_to_first_token_seconds",
+                    "Time from request arrival to the first generated token.");
+  s += itl_.render("basalt_inter_token_latency_seconds", "Time between consecutive tokens.");
+  return s;
+}
+
+}  // namespace basalt::server
