@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Load test for `basalt serve` (issue 4's performance figures): aggregate output tokens/s and
+time to first token at several concurrency levels, and the prefix cache's effect on a repeated
+long system prompt. Talks to a running server; needs only httpx (tools/requirements-e2e.txt).
+
+    build/basalt serve --port 8123 --parallel 64 &
+    build/venv-e2e/bin/python bench/serve_load.py --url http://127.0.0.1:8123 --streams 1,8,32,64
+"""
+import argparse
+import json
+import statistics
+import threading
+import time
+
+import httpx
+
+
+def words(n: int, seed: int) -> str:
+    vocab = ["and", "the", "LORD", "said", "unto", "Moses", "behold", "land", "of", "Israel",
+             "children", "went", "up", "into", "city", "came", "to", "pass", "that", "he"]
+    return " ".join(vocab[(seed * 7 + i * 13 + i // 5) % len(vocab)] for i in range(n))
+
+
+def one_stream(url, model, prompt, max_tokens, out, i):
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+            "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
+    t0 = time.perf_counter()
+    ttft, n = None, 0
+    with httpx.Client(timeout=600) as c:
+        with c.stream("POST", url + "/v1/completions", json=body) as r:
+            r.raise_for_status()
+            for line in r.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                j = json.loads(line[6:])
+                if j.get("choices") and j["choices"][0].get("text") and ttft is None:
+                    ttft = time.perf_counter() - t0
+                if j.get("usage"):
+                    n = j["usage"]["completion_tokens"]
+    out[i] = (ttft or 0.0, n, time.perf_counter() - t0)
+
+
+def level(url, model, streams, prompt_words, max_tokens):
+    out = [None] * streams
+    th = [threading.Thread(target=one_stream,
+                           args=(url, model, words(prompt_words, i), max_tokens, out, i))
+          for i in range(streams)]
+    t0 = time.perf_counter()
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    wall = time.perf_counter() - t0
+    toks = sum(o[1] for o in out)
+    ttfts = sorted(o[0] for o in out)
+    return {"streams": streams, "output_tokens": toks, "wall_s": round(wall, 2),
+            "output_tok_s": round(toks / wall, 1),
+            "ttft_median_ms": round(1e3 * statistics.median(ttfts), 1),
+            "ttft_max_ms": round(1e3 * ttfts[-1], 1)}
+
+
+def prefix_effect(url, model, system_words):
+    system = words(system_words, 99)
+    res = []
+    for q in ["Who went up?", "Who came down?"]:
+        body = {"model": model, "max_tokens": 1, "temperature": 0,
+                "messages": [{"role": "system", "content": system},
+                             {"role": "user", "content": q}]}
+        t0 = time.perf_counter()
+        r = httpx.post(url + "/v1/chat/completions", json=body, timeout=600)
+        r.raise_for_status()
+        u = r.json()["usage"]
+        res.append({"ms": round(1e3 * (time.perf_counter() - t0), 1),
+                    "prompt_tokens": u["prompt_tokens"],
+                    "cached_tokens": (u.get("prompt_tokens_details") or {}).get("cached_tokens")})
+    return {"system_words": system_words, "first": res[0], "repeat": res[1]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--url", default="http://127.0.0.1:8123")
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--streams", default="1,8,32,64")
+    ap.add_argument("--prompt-words", type=int, default=400)
+    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--system-words", type=int, default=600)
+    a = ap.parse_args()
+    model = a.model or httpx.get(a.url + "/v1/models").json()["data"][0]["id"]
+    for s in [int(x) for x in a.streams.split(",")]:
+        print(json.dumps(level(a.url, model, s, a.prompt_words, a.max_tokens)), flush=True)
+    print(json.dumps(prefix_effect(a.url, model, a.system_words)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
