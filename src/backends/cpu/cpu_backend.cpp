@@ -18,21 +18,7 @@ class CpuBackend final : public Backend {
   std::string name() const override {
     return fmt::format("cpu ({}, {} threads)", simd_target_name(), pool_.size());
   }
-  bool supports_weight(DType t) const override {
-    switch (t) {
-      case DType::F32:
-      case DType::F16:
-      case DType::BF16:
-      case DType::Q8_0:
-      case DType::Q4_0:
-      case DType::Q4_K:
-      case DType::Q5_K:
-      case DType::Q6_K:
-        return true;
-      default:
-        return false;
-    }
-  }
+  bool supports_weight(DType t) const override { return ref::weight_dtype_supported(t); }
 
   // Split over output columns N in blocks of 16 (each thread owns whole dot products).
   void matmul(const float* x, int64_t T, const WeightRef& w, float* y) override {

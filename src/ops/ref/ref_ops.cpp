@@ -9,6 +9,22 @@
 
 namespace basalt::ref {
 
+bool weight_dtype_supported(DType t) {
+  switch (t) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16:
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
 void weight_row_f32(const WeightRef& w, int64_t n, float* out) {
   const auto* base = static_cast<const uint8_t*>(w.data);
   const int64_t K = w.cols;
@@ -138,21 +154,7 @@ namespace {
 class RefBackend final : public Backend {
  public:
   std::string name() const override { return "ref"; }
-  bool supports_weight(DType t) const override {
-    switch (t) {
-      case DType::F32:
-      case DType::F16:
-      case DType::BF16:
-      case DType::Q8_0:
-      case DType::Q4_0:
-      case DType::Q4_K:
-      case DType::Q5_K:
-      case DType::Q6_K:
-        return true;
-      default:
-        return false;
-    }
-  }
+  bool supports_weight(DType t) const override { return weight_dtype_supported(t); }
   void matmul(const float* x, int64_t T, const WeightRef& w, float* y) override {
     ref::matmul(x, T, w, y);
   }

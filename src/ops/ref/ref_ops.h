@@ -8,6 +8,8 @@
 
 namespace basalt::ref {
 
+// The weight dtypes weight_row_f32 reads (and so every CPU matmul path supports).
+bool weight_dtype_supported(DType t);
 // Row n of W as f32 (F32/F16/BF16 and the GGUF block types of ops/ref/quants.h): out[K].
 void weight_row_f32(const WeightRef& w, int64_t n, float* out);
 

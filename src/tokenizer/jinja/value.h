@@ -11,6 +11,7 @@
 #include <utility>
 #include <variant>
 #include <vector>
+#include "tokenizer/unicode.h"  // utf8_append
 
 namespace basalt::tok::jinja {
 
@@ -140,6 +141,6 @@ int compare(const Value& a, const Value& b);
 // UTF-8 helpers for Python's code-point indexing of str.
 std::vector<uint32_t> utf8_decode(std::string_view s);
 std::string utf8_encode(const std::vector<uint32_t>& cps, size_t begin, size_t end);
-void utf8_append(std::string& out, uint32_t cp);
+
 
 }  // namespace basalt::tok::jinja
