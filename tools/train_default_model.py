@@ -27,6 +27,14 @@ Typical use:
   python3 tools/make_corpus.py                       # where the Debian packages are installed
   python3 tools/train_default_model.py --out models/default                     # on one H200
   python3 tools/train_default_model.py --steps 20 --device cpu --out /tmp/m     # smoke test
+  python3 tools/train_default_model.py --draft      # draft model -> models/draft/ (see DRAFT_DEFAULTS)
+  python3 tools/train_default_model.py --acceptance models/draft   # draft vs models/default, CPU
+
+--draft trains the small speculative-decoding draft model instead: it loads the default model's
+tokenizer (--tokenizer, default models/default/tokenizer.json; not retrained, so token ids are
+shared) and copies its tokenizer.json / tokenizer_config.json byte for byte into --out, and changes
+the defaults listed in DRAFT_DEFAULTS (explicit flags still win). Its metrics go to
+<out>/train_metrics.json.
 """
 
 import argparse
@@ -35,6 +43,7 @@ import math
 import os
 import platform
 import random
+import shutil
 import sys
 import time
 
@@ -61,6 +70,10 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 SAMPLE_PROMPTS = ["In the beginning", "And the LORD said unto Moses", "Blessed are the"]
+# --draft: a ~0.8 M-parameter Qwen3 sharing models/default's tokenizer (speculative-decoding draft).
+DRAFT_DEFAULTS = dict(out="models/draft", tokenizer="models/default/tokenizer.json", hidden=128, layers=2,
+                      heads=2, kv_heads=1, head_dim=64, intermediate=256, steps=3000, dropout=0.1,
+                      time_budget=170.0, size_budget=2 * 1024 * 1024)
 
 
 def log(msg):
@@ -98,6 +111,23 @@ def train_tokenizer(chapters, vocab_size):
     missing = [s for s in byte_syms if tok.token_to_id(s) is None]
     assert not missing, f"byte symbols missing from the vocabulary: {missing}"
     return tok
+
+
+def save_tokenizer(tok, args):
+    """Write tokenizer.json and tokenizer_config.json for a tokenizer trained by train_tokenizer."""
+    # decoders.ByteLevel() serialises its (ignored) options as true; write them as Qwen's file does
+    tj = json.loads(tok.to_str())
+    tj["decoder"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    tok = Tokenizer.from_str(json.dumps(tj))
+    tok.save(os.path.join(args.out, "tokenizer.json"), pretty=False)
+    tcfg = tokenizer_config("<|endoftext|>", args.max_pos)
+    for s in SPECIALS:
+        tcfg["added_tokens_decoder"][str(tok.token_to_id(s))] = {
+            "content": s, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+            "special": True}
+    with open(os.path.join(args.out, "tokenizer_config.json"), "w") as f:
+        json.dump(tcfg, f, indent=2)
+        f.write("\n")
 
 
 def encode_chapters(tok, chapters, eos_id):
@@ -150,6 +180,101 @@ def evaluate(model, windows, batch, device, autocast):
     return total / count
 
 
+@torch.no_grad()
+def measure_acceptance(draft_dir, target_dir, corpus, n_prompts=20, prompt_tokens=32, new_tokens=64, k=4):
+    """Greedy agreement of a draft model with its target on held-out prompts (CPU, fp32 compute).
+
+    For n_prompts held-out chapters (evenly spaced), the prompt is the chapter's first prompt_tokens
+    tokens; the target continues it greedily for new_tokens tokens (stopping early at an EOS). Then:
+    per-token agreement = how often the draft's greedy next token, given the same prefix, equals the
+    target's; accepted length at k = at each position p with p + k <= n, the draft rolls out k tokens
+    greedily from the prefix and the accepted length is the longest prefix equal to the target's next
+    k tokens (0..k), averaged; simulated speculative decoding walks each continuation accepting a
+    tokens plus the target's own token per verify pass, and reports tokens per verify pass.
+    """
+    device = torch.device("cpu")
+    hf_tok = AutoTokenizer.from_pretrained(target_dir)
+    d_tok = Tokenizer.from_file(os.path.join(draft_dir, "tokenizer.json"))
+    assert d_tok.to_str() == Tokenizer.from_file(os.path.join(target_dir, "tokenizer.json")).to_str(), \
+        "draft and target tokenizers differ"
+    models_ = {}
+    for name, path in (("target", target_dir), ("draft", draft_dir)):
+        m = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(device).eval()
+        models_[name] = m
+    held_ch = read_chapters(os.path.join(corpus, "heldout.txt"))
+    eos_id = hf_tok.convert_tokens_to_ids("<|endoftext|>")
+    eos_ids = {eos_id, hf_tok.convert_tokens_to_ids("<|im_end|>")}
+    held_ids = encode_chapters(Tokenizer.from_file(os.path.join(target_dir, "tokenizer.json")), held_ch, eos_id)
+    win = heldout_windows(held_ids, 256)
+    res = {"heldout_tokens_scored": win.shape[0] * 256}
+    for name, m in models_.items():
+        hl = evaluate(m, win, 64, device, autocast=False)  # bf16 weights and compute, as saved
+        res[f"{name}_heldout_loss_bf16"] = round(hl, 4)
+        res[f"{name}_heldout_ppl_bf16"] = round(math.exp(hl), 3)
+        log(f"{name}: held-out loss {hl:.4f} (ppl {math.exp(hl):.2f})")
+        models_[name] = m.float()  # fp32 compute for the greedy comparisons
+    tgt, drf = models_["target"], models_["draft"]
+    picks = [round(i * (len(held_ch) - 1) / (n_prompts - 1)) for i in range(n_prompts)]
+    agree = total = 0
+    acc_lens, spec_steps, spec_tokens, samples = [], 0, 0, []
+
+    def greedy(m, ids, n):
+        out = m.generate(input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                         do_sample=False, max_new_tokens=n, eos_token_id=sorted(eos_ids), pad_token_id=eos_id)
+        return out[0, len(ids):].tolist()
+
+    def rollout(ids, n):  # draft's greedy n tokens, no cache (prefixes are short)
+        ids = list(ids)
+        for _ in range(n):
+            ids.append(int(drf(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
+        return ids[-n:]
+
+    for ci in picks:
+        prompt = hf_tok(held_ch[ci])["input_ids"][:prompt_tokens]
+        cont = greedy(tgt, prompt, new_tokens)
+        full = prompt + cont
+        # per-token agreement: one draft forward over the whole sequence
+        dpred = drf(input_ids=torch.tensor([full])).logits[0].argmax(-1).tolist()
+        for t in range(len(cont)):
+            agree += int(dpred[len(prompt) + t - 1] == cont[t])
+            total += 1
+        # accepted length at k for every position with k target tokens ahead
+        for p in range(len(cont) - k + 1):
+            d = rollout(full[:len(prompt) + p], k)
+            a = 0
+            while a < k and d[a] == cont[p + a]:
+                a += 1
+            acc_lens.append(a)
+        # simulated speculative decoding along the target's greedy continuation
+        p = 0
+        while p < len(cont):
+            kk = min(k, len(cont) - p)
+            d = rollout(full[:len(prompt) + p], kk)
+            a = 0
+            while a < kk and d[a] == cont[p + a]:
+                a += 1
+            step_tokens = min(a + 1, len(cont) - p)
+            spec_steps += 1
+            spec_tokens += step_tokens
+            p += step_tokens
+        samples.append({"chapter_index": ci, "prompt": hf_tok.decode(prompt), "target_greedy": hf_tok.decode(cont)})
+    hist = [acc_lens.count(i) for i in range(k + 1)]
+    res.update({
+        "prompts": n_prompts, "prompt_tokens": prompt_tokens, "new_tokens": new_tokens, "k": k,
+        "heldout_chapter_indices": picks, "target_tokens_compared": total,
+        "per_token_agreement": round(agree / total, 4),
+        "mean_accepted_len_k": round(sum(acc_lens) / len(acc_lens), 4), "accepted_len_histogram": hist,
+        "positions_k": len(acc_lens),
+        "spec_tokens_per_verify_pass": round(spec_tokens / spec_steps, 4), "spec_verify_passes": spec_steps,
+        "samples": samples[:3],
+    })
+    log(f"per-token greedy agreement {agree}/{total} = {agree / total:.4f}; mean accepted length at k={k}: "
+        f"{res['mean_accepted_len_k']:.3f} over {len(acc_lens)} positions (histogram 0..{k}: {hist}); "
+        f"simulated speculative decoding: {spec_tokens} tokens in {spec_steps} verify passes = "
+        f"{spec_tokens / spec_steps:.3f} tokens/pass")
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", default=".corpus", help="folder with train.txt and heldout.txt")
@@ -157,6 +282,9 @@ def main():
     ap.add_argument("--metrics", default=None, help="metrics JSON (default: <out>/../train_metrics.json, outside the embedded folder)")
     ap.add_argument("--device", default="auto", help="auto | cuda | cpu")
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--draft", action="store_true", help="train the draft model (defaults: DRAFT_DEFAULTS)")
+    ap.add_argument("--tokenizer", default=None,
+                    help="load this tokenizer.json (its tokenizer_config.json beside it) instead of training one")
     # tokenizer / model
     ap.add_argument("--vocab", type=int, default=4096)
     ap.add_argument("--hidden", type=int, default=256)
@@ -187,9 +315,24 @@ def main():
     ap.add_argument("--compile", action="store_true", help="torch.compile the model (off by default)")
     ap.add_argument("--size-budget", type=int, default=8 * 1024 * 1024,
                     help="fail if the saved folder is larger (bytes; default 8 MiB)")
+    ap.add_argument("--acceptance", metavar="DRAFT_DIR", default=None,
+                    help="train nothing: measure DRAFT_DIR against --target (held-out loss, greedy acceptance) "
+                         "on the CPU and write DRAFT_DIR/acceptance.json")
+    ap.add_argument("--target", default="models/default", help="target model folder for --acceptance")
+    if ap.parse_known_args()[0].draft:
+        ap.set_defaults(**DRAFT_DEFAULTS)
     args = ap.parse_args()
-    metrics_path = args.metrics or os.path.join(os.path.dirname(os.path.abspath(args.out)), "train_metrics.json")
+    metrics_path = args.metrics or (os.path.join(args.out, "train_metrics.json") if args.draft else
+                                    os.path.join(os.path.dirname(os.path.abspath(args.out)), "train_metrics.json"))
 
+    if args.acceptance:
+        torch.manual_seed(args.seed)
+        res = measure_acceptance(args.acceptance, args.target, args.corpus)
+        res["versions"] = {"torch": torch.__version__, "transformers": transformers.__version__}
+        with open(os.path.join(args.acceptance, "acceptance.json"), "w") as f:
+            json.dump(res, f, indent=1)
+            f.write("\n")
+        return
     t_start = time.time()
     random.seed(args.seed)
     torch.manual_seed(args.seed)
@@ -212,14 +355,20 @@ def main():
     train_ch = read_chapters(os.path.join(args.corpus, "train.txt"))
     held_ch = read_chapters(os.path.join(args.corpus, "heldout.txt"))
     t0 = time.time()
-    tok = train_tokenizer(train_ch, args.vocab)
+    if args.tokenizer:
+        tok = Tokenizer.from_file(args.tokenizer)
+        if tok.get_vocab_size() != args.vocab:
+            sys.exit(f"train_default_model: {args.tokenizer} has {tok.get_vocab_size()} tokens, --vocab is {args.vocab}")
+        assert [tok.token_to_id(s) for s in SPECIALS] == list(range(args.vocab - len(SPECIALS), args.vocab))
+    else:
+        tok = train_tokenizer(train_ch, args.vocab)
     eos_id = tok.token_to_id("<|endoftext|>")
     train_ids = encode_chapters(tok, train_ch, eos_id)
     held_ids = encode_chapters(tok, held_ch, eos_id)
     t_tok = time.time() - t0
     train_chars = sum(len(c) for c in train_ch)
     held_chars = sum(len(c) for c in held_ch)
-    log(f"tokenizer: vocab {tok.get_vocab_size()} trained in {t_tok:.1f}s; train {len(train_ch)} chapters "
+    log(f"tokenizer: vocab {tok.get_vocab_size()} {'loaded from ' + args.tokenizer if args.tokenizer else 'trained'} in {t_tok:.1f}s; train {len(train_ch)} chapters "
         f"{len(train_ids)} tokens ({train_chars / len(train_ids):.2f} chars/token), held-out {len(held_ch)} "
         f"chapters {len(held_ids)} tokens")
     train_dev = train_ids.to(device)
@@ -353,19 +502,12 @@ def main():
     with open(cfg_path, "w") as f:
         json.dump(cfg, f, indent=2, sort_keys=True)
         f.write("\n")
-    # decoders.ByteLevel() serialises its (ignored) options as true; write them as Qwen's file does
-    tj = json.loads(tok.to_str())
-    tj["decoder"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
-    tok = Tokenizer.from_str(json.dumps(tj))
-    tok.save(os.path.join(args.out, "tokenizer.json"), pretty=False)
-    tcfg = tokenizer_config("<|endoftext|>", args.max_pos)
-    for s in SPECIALS:
-        tcfg["added_tokens_decoder"][str(tok.token_to_id(s))] = {
-            "content": s, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
-            "special": True}
-    with open(os.path.join(args.out, "tokenizer_config.json"), "w") as f:
-        json.dump(tcfg, f, indent=2)
-        f.write("\n")
+    if args.tokenizer:  # shared tokenizer: copy both files unchanged
+        for fn in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copyfile(os.path.join(os.path.dirname(os.path.abspath(args.tokenizer)), fn),
+                            os.path.join(args.out, fn))
+    else:
+        save_tokenizer(tok, args)
 
     # ---- reload the saved folder with transformers: re-evaluate and sample ----------------------
     hf_tok = AutoTokenizer.from_pretrained(args.out)
@@ -389,7 +531,8 @@ def main():
             samples.append({"prompt": prompt, "mode": mode, "text": text})
             log(f"--- {mode}: {text!r}")
 
-    files = {fn: os.path.getsize(os.path.join(args.out, fn)) for fn in sorted(os.listdir(args.out))}
+    files = {fn: os.path.getsize(os.path.join(args.out, fn)) for fn in sorted(os.listdir(args.out))
+             if os.path.join(args.out, fn) != metrics_path}
     total = sum(files.values())
     log(f"files: {files}; total {total} bytes ({total / 2**20:.2f} MiB)")
     metrics = {
