@@ -97,7 +97,7 @@ int run_bench(const BenchArgs& a) {
     for (int64_t i = 0; i < P; ++i) ids[size_t(i)] = int32_t((i * 7919 + 17) % c.vocab);
     std::vector<double> pre, dec;
     for (int r = 0; r < a.repeats; ++r) {
-      auto pool = model->new_kv_pool(P + a.n);
+      auto pool = model->new_kv_pool(*be, P + a.n);
       KvSequence seq;
       std::vector<float> logits(static_cast<size_t>(c.vocab));
       double t0 = now_s();

@@ -37,7 +37,7 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
     fail("[generate] the prompt has {} tokens; the context holds {}", st.prompt_tokens, ctx);
   const int64_t capacity =
       std::min(ctx, st.prompt_tokens + std::max<int64_t>(opt.max_new_tokens, 0));
-  auto pool = model_.new_kv_pool(std::max<int64_t>(capacity, st.prompt_tokens + 1));
+  auto pool = model_.new_kv_pool(be_, std::max<int64_t>(capacity, st.prompt_tokens + 1));
   KvSequence seq;
 
   std::vector<int32_t> history(prompt.begin(), prompt.end());
@@ -84,7 +84,7 @@ std::vector<float> Generator::logits(std::span<const int32_t> tokens, int64_t ch
   if (T > model_.config().max_context)
     fail("[logits] {} tokens exceed the context length {}", T, model_.config().max_context);
   if (chunk <= 0) chunk = T;
-  auto pool = model_.new_kv_pool(T);
+  auto pool = model_.new_kv_pool(be_, T);
   KvSequence seq;
   std::vector<float> out(size_t(T * V));
   for (int64_t i = 0; i < T; i += chunk) {

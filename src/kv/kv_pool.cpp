@@ -1,22 +1,31 @@
 #include "kv/kv_pool.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "core/error.h"
 
 namespace basalt {
 
 KvPool::KvPool(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t n_kv_heads,
-               int64_t head_dim)
-    : n_blocks_(n_blocks), block_size_(block_size), hkv_(n_kv_heads), d_(head_dim) {
+               int64_t head_dim, KvStorage storage)
+    : n_blocks_(n_blocks),
+      block_size_(block_size),
+      hkv_(n_kv_heads),
+      d_(head_dim),
+      storage_(std::move(storage)) {
   if (n_blocks <= 0 || block_size <= 0)
     fail("[kv] need a positive number of blocks and block size, got {} × {}", n_blocks, block_size);
-  const size_t per_layer = size_t(n_blocks * block_size * hkv_ * d_);
-  k_.resize(size_t(n_layers));
-  v_.resize(size_t(n_layers));
+  if (!storage_.alloc) {
+    storage_.alloc = [](size_t n) { return std::calloc(1, n); };
+    storage_.free = [](void* p) { std::free(p); };
+  }
+  layer_bytes_ = size_t(n_blocks * block_size * hkv_ * d_) * storage_.elem_bytes;
   for (int64_t l = 0; l < n_layers; ++l) {
-    k_[size_t(l)].resize(per_layer);
-    v_[size_t(l)].resize(per_layer);
+    k_.push_back(storage_.alloc(layer_bytes_));
+    v_.push_back(storage_.alloc(layer_bytes_));
+    if (!k_.back() || !v_.back())
+      fail("[kv] cannot allocate {} bytes for layer {} of the KV cache", layer_bytes_, l);
   }
   refcount_.assign(size_t(n_blocks), 0);
   lru_pos_.resize(size_t(n_blocks));
@@ -25,9 +34,12 @@ KvPool::KvPool(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t n
   for (int64_t b = n_blocks - 1; b >= 0; --b) free_.push_back(int32_t(b));
 }
 
-size_t KvPool::bytes() const {
-  return k_.empty() ? 0 : 2 * k_.size() * k_[0].size() * sizeof(float);
+KvPool::~KvPool() {
+  for (void* p : k_) storage_.free(p);
+  for (void* p : v_) storage_.free(p);
 }
+
+size_t KvPool::bytes() const { return 2 * k_.size() * layer_bytes_; }
 
 uint64_t KvPool::hash_block(uint64_t parent, std::span<const int32_t> tokens) {
   uint64_t h = parent ^ 0x9e3779b97f4a7c15ull;

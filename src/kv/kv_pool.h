@@ -1,12 +1,14 @@
 // Paged KV cache: a pool of fixed-size blocks shared by every sequence, block tables per
 // sequence, and a prefix cache that finds full blocks already computed for the same tokens.
 //
-// Layout per layer (keys and values alike): [n_blocks, block_size, Hkv, D] f32.
+// Layout per layer (keys and values alike): [n_blocks, block_size, Hkv, D] of `elem_bytes`
+// each, in memory from a KvStorage (host by default; a backend's device memory for CUDA).
 // A block is in one of three states: used (refcount > 0), cached (refcount 0 but holding a
 // known token prefix, evictable, least recently released first) or free.
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <span>
 #include <unordered_map>
@@ -15,6 +17,13 @@
 namespace basalt {
 
 class KvPool;
+
+// Where the cache's bytes live. Default: zero-filled host memory of f32.
+struct KvStorage {
+  std::function<void*(size_t)> alloc;  // zero-filled
+  std::function<void(void*)> free;
+  size_t elem_bytes = 4;
+};
 
 // One sequence's view of the pool: its block table and how many positions hold KV.
 struct KvSequence {
@@ -27,15 +36,18 @@ struct KvSequence {
 class KvPool {
  public:
   KvPool(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t n_kv_heads,
-         int64_t head_dim);
+         int64_t head_dim, KvStorage storage = {});
+  ~KvPool();
+  KvPool(const KvPool&) = delete;
+  KvPool& operator=(const KvPool&) = delete;
 
   int64_t block_size() const { return block_size_; }
   int64_t n_blocks() const { return n_blocks_; }
   int64_t blocks_used() const { return used_; }
   int64_t blocks_available() const { return int64_t(free_.size() + lru_.size()); }
   int64_t row_floats() const { return hkv_ * d_; }
-  float* k(int64_t layer) { return k_[size_t(layer)].data(); }
-  float* v(int64_t layer) { return v_[size_t(layer)].data(); }
+  void* k(int64_t layer) { return k_[size_t(layer)]; }
+  void* v(int64_t layer) { return v_[size_t(layer)]; }
   // Address of position `pos` of a sequence in layer `layer`'s key (or value) array.
   int64_t offset(const KvSequence& s, int64_t pos) const {
     return (int64_t(s.blocks[size_t(pos / block_size_)]) * block_size_ + pos % block_size_) *
@@ -60,7 +72,9 @@ class KvPool {
   static uint64_t hash_block(uint64_t parent, std::span<const int32_t> tokens);
 
   int64_t n_blocks_, block_size_, hkv_, d_;
-  std::vector<std::vector<float>> k_, v_;
+  KvStorage storage_;
+  size_t layer_bytes_ = 0;
+  std::vector<void*> k_, v_;
   std::vector<int32_t> refcount_;
   std::vector<int32_t> free_;
   std::list<int32_t> lru_;  // cached blocks with refcount 0, oldest first

@@ -82,21 +82,52 @@ class Model {
   // One sequence: reserves its blocks (throws when the pool is full), then runs the pass.
   void forward(Backend& be, KvPool& pool, KvSequence& seq, std::span<const int32_t> tokens,
                float* logits, bool all_logits);
-  // A pool for `tokens` positions in blocks of `block_size`.
-  std::unique_ptr<KvPool> new_kv_pool(int64_t tokens, int64_t block_size = 16) const;
+  // A pool for `tokens` positions in the backend's memory and KV dtype, in blocks of
+  // `block_size` rounded up to the backend's block multiple.
+  std::unique_ptr<KvPool> new_kv_pool(Backend& be, int64_t tokens, int64_t block_size = 16) const;
+  // Makes the weights resident in the backend's memory (forward does it on first use).
+  void bind(Backend& be);
+  // Bytes of the scratch arena one pass of T rows uses on `be` (after forward ran with T rows:
+  // the arena grows to the largest T seen).
+  size_t scratch_bytes() const { return scratch_bytes_; }
   // Load-time capability check: throws, naming the tensor, if the backend cannot run one of
   // this model's weights (ARCHITECTURE.md: fail at load, never mid-request).
   void check_backend(const Backend& be) const;
 
  private:
-  void rope_tables(const std::vector<int64_t>& pos);
+  // The weights as one backend uses them (pointers into its memory).
+  struct BoundLayer {
+    const float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
+    const float *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;
+    WeightRef wq, wk, wv, wo, w_gate, w_up, w_down;
+  };
+  struct Bound {
+    uint64_t backend = 0;  // Backend::id()
+    WeightRef embed, lm_head;
+    const float* out_norm = nullptr;
+    const float* inv_freq = nullptr;
+    std::vector<BoundLayer> layers;
+  };
+  // Scratch of one pass in backend memory: one arena, offsets per intermediate.
+  struct Scratch {
+    uint64_t backend = 0;
+    Backend* be = nullptr;
+    void* arena = nullptr;
+    int64_t T = 0, rows = 0;  // capacity: rows of the pass, rows of logits
+    uint64_t generation = 0;  // bumps when the arena moves
+    float *x = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *gate = nullptr,
+          *up = nullptr, *cos = nullptr, *sin = nullptr, *logits = nullptr;
+    void *xn = nullptr, *att = nullptr, *act = nullptr;
+  };
+  void ensure_scratch(Backend& be, int64_t T, int64_t rows);
   ModelConfig cfg_;
   ModelWeights w_;
   io::Checkpoint ckpt_;
   std::vector<float> inv_freq_;  // [rope.dim / 2]
-  // Scratch of one pass, grown on demand (the planner replaces this with the CUDA issue).
-  std::vector<float> x_, xn_, q_, k_, v_, att_, o_, gate_, up_, cos_, sin_;
-  std::vector<int64_t> pos_;
+  Bound bound_;
+  Scratch scratch_;
+  size_t scratch_bytes_ = 0;
+  std::vector<int64_t> pos_, table_sizes_;
   std::vector<int32_t> ids_;
   std::vector<const int32_t*> tables_;
 };

@@ -44,17 +44,6 @@ std::vector<float> rope_inv_freq(const RopeConfig& r) {
   return f;
 }
 
-void grow(std::vector<float>& v, int64_t n) {
-  if (int64_t(v.size()) < n) v.resize(size_t(n));
-}
-
-void add_bias(float* y, const std::vector<float>& b, int64_t T) {
-  if (b.empty()) return;
-  const int64_t n = int64_t(b.size());
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t i = 0; i < n; ++i) y[t * n + i] += b[size_t(i)];
-}
-
 }  // namespace
 
 Model::Model(ModelConfig cfg, ModelWeights w, io::Checkpoint ckpt)
@@ -100,9 +89,15 @@ std::string Model::weight_dtypes() const {
   return s;
 }
 
-std::unique_ptr<KvPool> Model::new_kv_pool(int64_t tokens, int64_t block_size) const {
+std::unique_ptr<KvPool> Model::new_kv_pool(Backend& be, int64_t tokens, int64_t block_size) const {
+  const int64_t m = be.kv_block_multiple();
+  block_size = (block_size + m - 1) / m * m;
+  KvStorage st;
+  st.alloc = [&be](size_t n) { return be.alloc(n); };
+  st.free = [&be](void* p) { be.dealloc(p); };
+  st.elem_bytes = dtype_bytes(be.kv_dtype(), 1);
   return std::make_unique<KvPool>(cfg_.n_layers, (tokens + block_size - 1) / block_size, block_size,
-                                  cfg_.n_kv_heads, cfg_.head_dim);
+                                  cfg_.n_kv_heads, cfg_.head_dim, std::move(st));
 }
 
 void Model::check_backend(const Backend& be) const {
@@ -119,18 +114,70 @@ void Model::check_backend(const Backend& be) const {
   }
 }
 
-void Model::rope_tables(const std::vector<int64_t>& pos) {
-  const int64_t half = cfg_.rope.dim / 2, T = int64_t(pos.size());
-  grow(cos_, T * half);
-  grow(sin_, T * half);
-  for (int64_t t = 0; t < T; ++t) {
-    const float p = float(pos[size_t(t)]);
-    for (int64_t i = 0; i < half; ++i) {
-      const float a = p * inv_freq_[size_t(i)];
-      cos_[size_t(t * half + i)] = std::cos(a);
-      sin_[size_t(t * half + i)] = std::sin(a);
-    }
+void Model::bind(Backend& be) {
+  if (bound_.backend == be.id()) return;
+  check_backend(be);
+  Bound b;
+  auto vec = [&](const std::vector<float>& v) {
+    return v.empty() ? nullptr : be.prepare_vector(v.data(), int64_t(v.size()));
+  };
+  b.embed = be.prepare_weight(w_.embed);
+  b.lm_head = be.prepare_weight(w_.lm_head);
+  b.out_norm = vec(w_.out_norm);
+  b.inv_freq = vec(inv_freq_);
+  for (const LayerWeights& L : w_.layers) {
+    BoundLayer d;
+    d.attn_norm = vec(L.attn_norm), d.ffn_norm = vec(L.ffn_norm);
+    d.q_norm = vec(L.q_norm), d.k_norm = vec(L.k_norm);
+    d.bq = vec(L.bq), d.bk = vec(L.bk), d.bv = vec(L.bv), d.bo = vec(L.bo);
+    d.wq = be.prepare_weight(L.wq), d.wk = be.prepare_weight(L.wk);
+    d.wv = be.prepare_weight(L.wv), d.wo = be.prepare_weight(L.wo);
+    d.w_gate = be.prepare_weight(L.w_gate), d.w_up = be.prepare_weight(L.w_up);
+    d.w_down = be.prepare_weight(L.w_down);
+    b.layers.push_back(d);
   }
+  b.backend = be.id();
+  bound_ = std::move(b);
+}
+
+// One arena for the pass's intermediates (sizes for T rows and `rows` logit rows).
+void Model::ensure_scratch(Backend& be, int64_t T, int64_t rows) {
+  Scratch& s = scratch_;
+  if (s.backend == be.id() && T <= s.T && rows <= s.rows) return;
+  if (s.backend == be.id()) {
+    T = std::max(T, s.T), rows = std::max(rows, s.rows);
+    be.dealloc(s.arena);
+  }
+  const ModelConfig& c = cfg_;
+  const int64_t E = c.hidden, HD = c.n_heads * c.head_dim, KD = c.n_kv_heads * c.head_dim,
+                F = c.intermediate, half = c.rope.dim / 2;
+  const size_t act = dtype_bytes(be.act_dtype(), 1);
+  size_t off = 0;
+  std::vector<std::pair<void**, size_t>> parts;
+  auto part = [&](void** p, size_t bytes) {
+    parts.emplace_back(p, off);
+    off += (bytes + 255) / 256 * 256;
+  };
+  part(reinterpret_cast<void**>(&s.x), size_t(T * E) * 4);
+  part(&s.xn, size_t(T * E) * act);
+  part(reinterpret_cast<void**>(&s.q), size_t(T * HD) * 4);
+  part(reinterpret_cast<void**>(&s.k), size_t(T * KD) * 4);
+  part(reinterpret_cast<void**>(&s.v), size_t(T * KD) * 4);
+  part(&s.att, size_t(T * HD) * act);
+  part(reinterpret_cast<void**>(&s.o), size_t(T * E) * 4);
+  part(reinterpret_cast<void**>(&s.gate), size_t(T * F) * 4);
+  part(reinterpret_cast<void**>(&s.up), size_t(T * F) * 4);
+  part(&s.act, size_t(T * F) * act);
+  part(reinterpret_cast<void**>(&s.cos), size_t(T * half) * 4);
+  part(reinterpret_cast<void**>(&s.sin), size_t(T * half) * 4);
+  if (!be.host_memory()) part(reinterpret_cast<void**>(&s.logits), size_t(rows * c.vocab) * 4);
+  s.arena = be.alloc(off);
+  for (auto& [p, o] : parts) *p = static_cast<char*>(s.arena) + o;
+  s.be = &be;
+  s.backend = be.id();
+  s.T = T, s.rows = rows;
+  ++s.generation;
+  scratch_bytes_ = off;
 }
 
 void Model::forward(Backend& be, KvPool& pool, KvSequence& seq, std::span<const int32_t> tokens,
@@ -149,6 +196,10 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
   ids_.clear();
   pos_.clear();
   tables_.clear();
+  table_sizes_.clear();
+  int64_t rows = 0;  // rows that need logits
+  uint64_t key = 0xcbf29ce484222325ull;
+  auto mix = [&key](uint64_t v) { key = (key ^ v) * 0x100000001b3ull; };
   for (const BatchItem& it : batch) {
     const int64_t n = int64_t(it.tokens.size());
     const int64_t cap = int64_t(it.seq->blocks.size()) * pool.block_size();
@@ -160,82 +211,90 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
       ids_.push_back(id);
       pos_.push_back(it.seq->length + i);
       tables_.push_back(it.seq->blocks.data());
+      table_sizes_.push_back(int64_t(it.seq->blocks.size()));
     }
+    rows += it.all_logits ? n : (n > 0 ? 1 : 0);
+    mix(uint64_t(n) * 2 + (it.all_logits ? 1 : 0));
   }
   const int64_t T = int64_t(ids_.size());
   if (T == 0) return;
 
-  grow(x_, T * E);   // residual stream [T, E]
-  grow(xn_, T * E);  // normed input [T, E]
-  grow(q_, T * H * D);
-  grow(att_, T * H * D);
-  grow(k_, T * Hkv * D);
-  grow(v_, T * Hkv * D);
-  grow(o_, T * E);
-  grow(gate_, T * F);
-  grow(up_, T * F);
-  rope_tables(pos_);
+  bind(be);
+  ensure_scratch(be, T, rows);
+  const Bound& w = bound_;
+  Scratch& s = scratch_;
+  const size_t act = dtype_bytes(be.act_dtype(), 1);
+  auto act_row = [&](void* base, int64_t row, int64_t n) {
+    return static_cast<char*>(base) + size_t(row * n) * act;
+  };
+  PassRows pr;
+  pr.T = T, pr.ids = ids_.data(), pr.pos = pos_.data(), pr.tables = tables_.data();
+  pr.table_sizes = table_sizes_.data(), pr.block_size = pool.block_size();
+  be.begin_pass(pr);
+  // The program's identity: the row layout, the arena and the cache it writes.
+  mix(uint64_t(T)), mix(s.generation), mix(reinterpret_cast<uintptr_t>(pool.k(0)));
+  float* out = be.host_memory() ? logits : s.logits;
 
-  be.embedding(w_.embed, ids_.data(), T, x_.data());
-  const float scale = 1.0f / std::sqrt(float(D));
-  const int64_t row = Hkv * D;
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& L = w_.layers[size_t(l)];
-    be.rmsnorm(x_.data(), L.attn_norm.data(), xn_.data(), T, E, c.rms_eps);
-    be.matmul(xn_.data(), T, L.wq, q_.data());
-    be.matmul(xn_.data(), T, L.wk, k_.data());
-    be.matmul(xn_.data(), T, L.wv, v_.data());
-    add_bias(q_.data(), L.bq, T);
-    add_bias(k_.data(), L.bk, T);
-    add_bias(v_.data(), L.bv, T);
-    if (c.qk_norm) {  // per-head RMSNorm before RoPE (Qwen3)
-      be.rmsnorm(q_.data(), L.q_norm.data(), q_.data(), T * H, D, c.rms_eps);
-      be.rmsnorm(k_.data(), L.k_norm.data(), k_.data(), T * Hkv, D, c.rms_eps);
-    }
-    be.rope(q_.data(), T, H, D, c.rope.dim, cos_.data(), sin_.data(), c.rope.style);
-    be.rope(k_.data(), T, Hkv, D, c.rope.dim, cos_.data(), sin_.data(), c.rope.style);
-    // Write this pass's K/V rows into the cache before attention reads them.
-    int64_t t = 0;
-    for (const BatchItem& it : batch)
-      for (size_t i = 0; i < it.tokens.size(); ++i, ++t) {
-        const int64_t off = pool.offset(*it.seq, pos_[size_t(t)]);
-        std::copy_n(k_.data() + t * row, row, pool.k(l) + off);
-        std::copy_n(v_.data() + t * row, row, pool.v(l) + off);
+  be.run(key, [&] {
+    const float scale = 1.0f / std::sqrt(float(D));
+    const int64_t half = c.rope.dim / 2;
+    be.embedding(w.embed, s.x);
+    be.rope_angles(w.inv_freq, half, s.cos, s.sin);
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const BoundLayer& L = w.layers[size_t(l)];
+      if (l == 0)
+        be.rmsnorm(s.x, L.attn_norm, s.xn, T, E, c.rms_eps);
+      else  // the previous layer's MLP output joins the residual stream
+        be.add_rmsnorm(s.x, s.o, L.attn_norm, s.xn, T, E, c.rms_eps);
+      be.matmul(s.xn, T, L.wq, s.q);
+      be.matmul(s.xn, T, L.wk, s.k);
+      be.matmul(s.xn, T, L.wv, s.v);
+      if (L.bq) be.add_bias(s.q, L.bq, T, H * D);
+      if (L.bk) be.add_bias(s.k, L.bk, T, Hkv * D);
+      if (L.bv) be.add_bias(s.v, L.bv, T, Hkv * D);
+      if (c.qk_norm) {  // per-head RMSNorm before RoPE (Qwen3)
+        be.head_rmsnorm(s.q, L.q_norm, T * H, D, c.rms_eps);
+        be.head_rmsnorm(s.k, L.k_norm, T * Hkv, D, c.rms_eps);
       }
-    AttentionArgs a;
-    a.q = q_.data();
-    a.out = att_.data();
-    a.k = pool.k(l);
-    a.v = pool.v(l);
-    a.T = T, a.H = H, a.Hkv = Hkv, a.D = D, a.block_size = pool.block_size();
-    a.block_tables = tables_.data();
-    a.pos = pos_.data();
-    a.scale = scale;
-    be.attention(a);
-    be.matmul(att_.data(), T, L.wo, o_.data());
-    add_bias(o_.data(), L.bo, T);
-    be.add(x_.data(), o_.data(), T * E);
-
-    be.rmsnorm(x_.data(), L.ffn_norm.data(), xn_.data(), T, E, c.rms_eps);
-    be.matmul(xn_.data(), T, L.w_gate, gate_.data());
-    be.matmul(xn_.data(), T, L.w_up, up_.data());
-    be.swiglu(gate_.data(), up_.data(), gate_.data(), T * F);
-    be.matmul(gate_.data(), T, L.w_down, o_.data());
-    be.add(x_.data(), o_.data(), T * E);
-  }
+      be.rope(s.q, T, H, D, c.rope.dim, s.cos, s.sin, c.rope.style);
+      be.rope(s.k, T, Hkv, D, c.rope.dim, s.cos, s.sin, c.rope.style);
+      // This pass's K/V rows go into the cache before attention reads them.
+      be.kv_write(s.k, s.v, pool.k(l), pool.v(l), Hkv * D);
+      AttentionArgs a;
+      a.q = s.q;
+      a.out = s.att;
+      a.k = pool.k(l);
+      a.v = pool.v(l);
+      a.T = T, a.H = H, a.Hkv = Hkv, a.D = D, a.block_size = pool.block_size();
+      a.block_tables = tables_.data();
+      a.pos = pos_.data();
+      a.scale = scale;
+      be.attention(a);
+      be.matmul(s.att, T, L.wo, s.o);
+      if (L.bo) be.add_bias(s.o, L.bo, T, E);
+      be.add_rmsnorm(s.x, s.o, L.ffn_norm, s.xn, T, E, c.rms_eps);
+      be.matmul(s.xn, T, L.w_gate, s.gate);
+      be.matmul(s.xn, T, L.w_up, s.up);
+      be.swiglu(s.gate, s.up, s.act, T * F);
+      be.matmul(s.act, T, L.w_down, s.o);
+    }
+    be.add(s.x, s.o, T * E);
+    // Final norm and LM head on the rows that need logits only.
+    int64_t r = 0, first = 0;
+    for (const BatchItem& it : batch) {
+      const int64_t n = int64_t(it.tokens.size());
+      const int64_t from = it.all_logits ? 0 : std::max<int64_t>(n - 1, 0);
+      if (n > from) {
+        be.rmsnorm(s.x + (first + from) * E, w.out_norm, act_row(s.xn, r, E), n - from, E,
+                   c.rms_eps);
+        r += n - from;
+      }
+      first += n;
+    }
+    be.matmul(s.xn, r, w.lm_head, out);
+  });
   for (const BatchItem& it : batch) pool.commit(*it.seq, it.tokens);
-
-  // Final norm and LM head on the rows that need logits only.
-  int64_t rows = 0, first = 0;
-  for (const BatchItem& it : batch) {
-    const int64_t n = int64_t(it.tokens.size());
-    const int64_t from = it.all_logits ? 0 : n - 1;
-    for (int64_t i = from; i < n; ++i, ++rows)
-      be.rmsnorm(x_.data() + (first + i) * E, w_.out_norm.data(), xn_.data() + rows * E, 1, E,
-                 c.rms_eps);
-    first += n;
-  }
-  be.matmul(xn_.data(), rows, w_.lm_head, logits);
+  if (!be.host_memory()) be.download(logits, s.logits, size_t(rows * V) * sizeof(float));
 }
 
 }  // namespace basalt

@@ -1,20 +1,35 @@
-// The backend contract: the ops a decoder-only transformer runs, on raw pointers.
-// Shapes use the glossary: T tokens in a pass, H query heads, Hkv KV heads, D head dim,
-// E hidden size, F MLP size, V vocabulary, P KV positions, K/N a matmul's in/out sizes.
+// The backend contract: the ops a decoder-only transformer runs, on pointers into the
+// backend's memory. Shapes use the glossary: T tokens in a pass, H query heads, Hkv KV heads,
+// D head dim, E hidden size, F MLP size, V vocabulary, P KV positions, K/N a matmul's in/out
+// sizes.
+//
+// Memory: every pointer an op takes lives in the backend's memory (Backend::alloc; host memory
+// for the CPU backends, device memory for CUDA). Weights are made resident once with
+// prepare_weight/prepare_vector. Data types: the residual stream, q/k/v and every matmul output
+// are f32; a matmul *input* (the output of rmsnorm, swiglu and attention) is in act_dtype() (f32
+// on the CPU, bf16 on CUDA); the KV cache is in kv_dtype().
+//
+// A forward pass: begin_pass(rows) hands the backend the pass's row metadata (ids, positions,
+// block tables: host arrays valid until the pass ends); ops that need it (embedding, rope_angles,
+// kv_write, attention) read it from there. run(key, program) executes the op sequence; a backend
+// may record it the first time a key is seen and replay the recording later (CUDA graphs), so a
+// program must issue the same ops on the same buffers whenever it runs with the same key.
 //
 // Exactness (EXACTNESS.md): every implementation computes each output element with one
 // reduction order that depends only on the weight shape, never on T or the thread count.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <unordered_map>
 
 #include "core/dtype.h"
 
 namespace basalt {
 
-// A weight matrix [N, K] row-major (PyTorch's nn.Linear layout), in host memory for the
-// CPU backends. dtype: F32, F16, BF16, or a GGUF block type (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K:
-// blocks along K).
+// A weight matrix [N, K] row-major (PyTorch's nn.Linear layout). dtype: F32, F16, BF16, or a
+// GGUF block type (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K: blocks along K) on the CPU backends.
 struct WeightRef {
   DType dtype = DType::F32;
   int64_t rows = 0;  // N
@@ -27,22 +42,39 @@ enum class RopeStyle : uint8_t {
   Interleaved  // GPT-J / llama.cpp "norm": pairs (2i, 2i + 1)
 };
 
+// The rows of one forward pass (host arrays). Row t is token ids[t] at position pos[t] of a
+// sequence whose block table (block ids in position order, host) is tables[t]; rows of one
+// sequence share the table pointer.
+struct PassRows {
+  int64_t T = 0;
+  const int32_t* ids = nullptr;              // [T]
+  const int64_t* pos = nullptr;              // [T]
+  const int32_t* const* tables = nullptr;    // [T]
+  const int64_t* table_sizes = nullptr;      // [T] blocks in tables[t]
+  int64_t block_size = 0;
+};
+
 // Causal attention of T query rows over a paged KV cache. Row t belongs to a sequence whose
 // block table is block_tables[t]; it sits at position pos[t] and attends to keys 0..pos[t]
-// (its own key included: K/V rows of the pass are written to the cache first).
+// (its own key included: K/V rows of the pass are written to the cache first). block_tables
+// and pos are the pass's host arrays (PassRows); a device backend uses its own copies.
 struct AttentionArgs {
-  const float* q = nullptr;  // [T, H, D]
-  float* out = nullptr;      // [T, H, D]
-  const float* k = nullptr;  // this layer's key blocks [n_blocks, block_size, Hkv, D]
-  const float* v = nullptr;  // this layer's value blocks, same layout
+  const float* q = nullptr;  // [T, H, D] f32
+  void* out = nullptr;       // [T, H, D] act_dtype
+  const void* k = nullptr;   // this layer's key blocks [n_blocks, block_size, Hkv, D] kv_dtype
+  const void* v = nullptr;   // this layer's value blocks, same layout
   int64_t T = 0, H = 0, Hkv = 0, D = 0, block_size = 0;
   const int32_t* const* block_tables = nullptr;  // [T] → the row's block ids
   const int64_t* pos = nullptr;                  // [T]
   float scale = 1.0f;
 
-  // Where key/value j of row t starts.
-  const float* key(int64_t t, int64_t j) const { return k + kv_offset(t, j); }
-  const float* value(int64_t t, int64_t j) const { return v + kv_offset(t, j); }
+  // Where key/value j of row t starts (host backends: f32 cache).
+  const float* key(int64_t t, int64_t j) const {
+    return static_cast<const float*>(k) + kv_offset(t, j);
+  }
+  const float* value(int64_t t, int64_t j) const {
+    return static_cast<const float*>(v) + kv_offset(t, j);
+  }
   int64_t kv_offset(int64_t t, int64_t j) const {
     return (int64_t(block_tables[t][j / block_size]) * block_size + j % block_size) * Hkv * D;
   }
@@ -54,22 +86,103 @@ class Backend {
   virtual std::string name() const = 0;
   virtual bool supports_weight(DType t) const = 0;
 
-  // y[T, N] = x[T, K] · W[N, K]ᵀ
-  virtual void matmul(const float* x, int64_t T, const WeightRef& w, float* y) = 0;
-  // y[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) * w     (rows × n)
-  virtual void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t n,
+  // --- memory --------------------------------------------------------------------------------
+  // Zero-filled memory of this backend, 256-byte aligned; throws basalt::Error when exhausted.
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void dealloc(void* p) = 0;
+  // Host → backend and backend → host copies (download waits for the queued work).
+  virtual void upload(void* dst, const void* src, size_t bytes) = 0;
+  virtual void download(void* dst, const void* src, size_t bytes) = 0;
+  // True when backend memory is host memory (results can be written to the caller's arrays).
+  virtual bool host_memory() const = 0;
+  // The weight resident in this backend's memory and format (host backends: w itself). The
+  // backend owns the copy; prepare_weight of the same data twice returns the same copy.
+  virtual WeightRef prepare_weight(const WeightRef& w) = 0;
+  // A vector of f32 (norm weights, biases, rotary frequencies) in backend memory, owned by it.
+  virtual const float* prepare_vector(const float* data, int64_t n) = 0;
+  virtual DType act_dtype() const = 0;  // matmul inputs
+  virtual DType kv_dtype() const = 0;   // the KV cache
+  // KV block sizes must be a multiple of this (e.g. the attention chunk on CUDA).
+  virtual int64_t kv_block_multiple() const { return 1; }
+  // Peak bytes of backend memory in use since creation (weights, KV, scratch).
+  virtual size_t peak_bytes() const = 0;
+
+  // --- passes --------------------------------------------------------------------------------
+  virtual void begin_pass(const PassRows& rows) = 0;
+  // Runs `program` (the pass's ops). `key` identifies the op sequence and its buffers: the
+  // backend may record the program under the key and replay it instead of calling it again.
+  virtual void run(uint64_t key, const std::function<void()>& program) { (void)key, program(); }
+
+  // --- ops -----------------------------------------------------------------------------------
+  // y[T, N] = x[T, K] · W[N, K]ᵀ   (x act_dtype, y f32)
+  virtual void matmul(const void* x, int64_t T, const WeightRef& w, float* y) = 0;
+  // y[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) * w     (rows × n; x f32, y act_dtype)
+  virtual void rmsnorm(const float* x, const float* w, void* y, int64_t rows, int64_t n,
                        float eps) = 0;
-  // out[T, E] = table[ids[t], :]
-  virtual void embedding(const WeightRef& table, const int32_t* ids, int64_t T, float* out) = 0;
+  // x[r, :] += delta[r, :]; then y = rmsnorm(x) as above. Same bits as add + rmsnorm.
+  virtual void add_rmsnorm(float* x, const float* delta, const float* w, void* y, int64_t rows,
+                           int64_t n, float eps) = 0;
+  // In place, f32 → f32 (per-head q/k norm): x[r, :] = rmsnorm(x[r, :]) * w   (rows × n)
+  virtual void head_rmsnorm(float* x, const float* w, int64_t rows, int64_t n, float eps) = 0;
+  // out[T, E] = table[ids[t], :] (ids: the pass's)
+  virtual void embedding(const WeightRef& table, float* out) = 0;
+  // cos/sin [T, half] of angle pos[t] · inv_freq[i] for the pass's positions.
+  virtual void rope_angles(const float* inv_freq, int64_t half, float* cos, float* sin) = 0;
   // x[T, heads, D] rotated in place over its first `rot` dims; cos/sin [T, rot/2].
   virtual void rope(float* x, int64_t T, int64_t heads, int64_t D, int64_t rot, const float* cos,
                     const float* sin, RopeStyle style) = 0;
+  // y[t, i] += b[i]   (y [T, n])
+  virtual void add_bias(float* y, const float* b, int64_t T, int64_t n) = 0;
+  // Writes the pass's K/V rows k, v f32 [T, Hkv·D] into one layer's cache at the rows'
+  // positions (block tables of the pass), converting to kv_dtype.
+  virtual void kv_write(const float* k, const float* v, void* k_cache, void* v_cache,
+                        int64_t row) = 0;
   // Causal GQA attention of T query rows over the paged KV cache.
   virtual void attention(const AttentionArgs& a) = 0;
-  // out[i] = silu(gate[i]) * up[i]
-  virtual void swiglu(const float* gate, const float* up, float* out, int64_t n) = 0;
+  // out[i] = silu(gate[i]) * up[i]   (gate, up f32; out act_dtype)
+  virtual void swiglu(const float* gate, const float* up, void* out, int64_t n) = 0;
   // y[i] += x[i]
   virtual void add(float* y, const float* x, int64_t n) = 0;
+
+  uint64_t id() const { return id_; }  // unique per backend object (never reused)
+
+ private:
+  uint64_t id_ = next_id();
+  static uint64_t next_id();
+};
+
+// The host-memory parts of a CPU backend: memory is host memory, weights are used in place,
+// activations and the KV cache are f32, and the composite ops are built from the basic ones.
+class HostBackend : public Backend {
+ public:
+  ~HostBackend() override;
+  void* alloc(size_t bytes) override;
+  void dealloc(void* p) override;
+  void upload(void* dst, const void* src, size_t bytes) override;
+  void download(void* dst, const void* src, size_t bytes) override;
+  bool host_memory() const override { return true; }
+  WeightRef prepare_weight(const WeightRef& w) override { return w; }
+  const float* prepare_vector(const float* data, int64_t) override { return data; }
+  DType act_dtype() const override { return DType::F32; }
+  DType kv_dtype() const override { return DType::F32; }
+  size_t peak_bytes() const override { return peak_; }
+
+  void begin_pass(const PassRows& rows) override { rows_ = rows; }
+  void add_rmsnorm(float* x, const float* delta, const float* w, void* y, int64_t rows, int64_t n,
+                   float eps) override;
+  void head_rmsnorm(float* x, const float* w, int64_t rows, int64_t n, float eps) override;
+  void embedding(const WeightRef& table, float* out) override;
+  void rope_angles(const float* inv_freq, int64_t half, float* cos, float* sin) override;
+  void add_bias(float* y, const float* b, int64_t T, int64_t n) override;
+  void kv_write(const float* k, const float* v, void* k_cache, void* v_cache,
+                int64_t row) override;
+
+ protected:
+  PassRows rows_;
+
+ private:
+  size_t live_ = 0, peak_ = 0;
+  std::unordered_map<void*, size_t> sizes_;
 };
 
 }  // namespace basalt

@@ -31,7 +31,7 @@ void check_chunkings(const std::string& path, int64_t T) {
   EXPECT_EQ(0, std::memcmp(whole.data(), one_thread.data(), whole.size() * 4)) << "1 thread";
 
   // Decode steps (T = 1 forward passes after a prefill) give the same last-row logits.
-  auto pool = model->new_kv_pool(T);
+  auto pool = model->new_kv_pool(*be2, T);
   KvSequence seq;
   std::vector<float> last(static_cast<size_t>(V));
   const int64_t pre = T / 2;

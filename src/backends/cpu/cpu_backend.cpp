@@ -11,7 +11,7 @@
 namespace basalt::cpu {
 namespace {
 
-class CpuBackend final : public Backend {
+class CpuBackend final : public HostBackend {
  public:
   explicit CpuBackend(int n_threads) : pool_(n_threads) {}
 
@@ -21,7 +21,8 @@ class CpuBackend final : public Backend {
   bool supports_weight(DType t) const override { return ref::weight_dtype_supported(t); }
 
   // Split over output columns N in blocks of 16 (each thread owns whole dot products).
-  void matmul(const float* x, int64_t T, const WeightRef& w, float* y) override {
+  void matmul(const void* xv, int64_t T, const WeightRef& w, float* y) override {
+    const float* x = static_cast<const float*>(xv);
     if (!supports_weight(w.dtype)) fail("[cpu] matmul: weight dtype {}", dtype_name(w.dtype));
     const int64_t N = w.rows;
     const int64_t grain = 16;
@@ -33,15 +34,12 @@ class CpuBackend final : public Backend {
   }
 
   // One sum of squares per row, in index order: identical for every row count.
-  void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t n,
+  void rmsnorm(const float* x, const float* w, void* yv, int64_t rows, int64_t n,
                float eps) override {
+    float* y = static_cast<float*>(yv);
     pool_.parallel_ranges(rows, 1, [&](int64_t r0, int64_t r1) {
       ref::rmsnorm(x + r0 * n, w, y + r0 * n, r1 - r0, n, eps);
     });
-  }
-
-  void embedding(const WeightRef& table, const int32_t* ids, int64_t T, float* out) override {
-    ref::embedding(table, ids, T, out);
   }
 
   void rope(float* x, int64_t T, int64_t heads, int64_t D, int64_t rot, const float* cos,
@@ -69,7 +67,7 @@ class CpuBackend final : public Backend {
         s[size_t(j)] = std::exp(s[size_t(j)] - m);
         sum += s[size_t(j)];
       }
-      float* o = a.out + (t * a.H + h) * a.D;
+      float* o = static_cast<float*>(a.out) + (t * a.H + h) * a.D;
       std::fill(o, o + a.D, 0.0f);
       for (int64_t j = 0; j < n_keys; ++j) axpy_f32(o, s[size_t(j)], a.value(t, j) + hk * a.D, a.D);
       const float inv = 1.0f / sum;
@@ -77,7 +75,8 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void swiglu(const float* gate, const float* up, float* out, int64_t n) override {
+  void swiglu(const float* gate, const float* up, void* outv, int64_t n) override {
+    float* out = static_cast<float*>(outv);
     pool_.parallel_ranges(n, 256, [&](int64_t i0, int64_t i1) {
       ref::swiglu(gate + i0, up + i0, out + i0, i1 - i0);
     });

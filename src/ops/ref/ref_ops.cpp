@@ -127,7 +127,7 @@ void attention(const AttentionArgs& a) {
         s[size_t(j)] = std::exp(s[size_t(j)] - m);
         sum += s[size_t(j)];
       }
-      float* o = a.out + (t * a.H + h) * a.D;
+      float* o = static_cast<float*>(a.out) + (t * a.H + h) * a.D;
       for (int64_t i = 0; i < a.D; ++i) o[i] = 0.0f;
       for (int64_t j = 0; j < n_keys; ++j) {
         const float* v = a.value(t, j) + hk * a.D;
@@ -151,27 +151,24 @@ void add(float* y, const float* x, int64_t n) {
 }
 
 namespace {
-class RefBackend final : public Backend {
+class RefBackend final : public HostBackend {
  public:
   std::string name() const override { return "ref"; }
   bool supports_weight(DType t) const override { return weight_dtype_supported(t); }
-  void matmul(const float* x, int64_t T, const WeightRef& w, float* y) override {
-    ref::matmul(x, T, w, y);
+  void matmul(const void* x, int64_t T, const WeightRef& w, float* y) override {
+    ref::matmul(static_cast<const float*>(x), T, w, y);
   }
-  void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t n,
+  void rmsnorm(const float* x, const float* w, void* y, int64_t rows, int64_t n,
                float eps) override {
-    ref::rmsnorm(x, w, y, rows, n, eps);
-  }
-  void embedding(const WeightRef& t, const int32_t* ids, int64_t T, float* out) override {
-    ref::embedding(t, ids, T, out);
+    ref::rmsnorm(x, w, static_cast<float*>(y), rows, n, eps);
   }
   void rope(float* x, int64_t T, int64_t heads, int64_t D, int64_t rot, const float* c,
             const float* s, RopeStyle st) override {
     ref::rope(x, T, heads, D, rot, c, s, st);
   }
   void attention(const AttentionArgs& a) override { ref::attention(a); }
-  void swiglu(const float* g, const float* u, float* o, int64_t n) override {
-    ref::swiglu(g, u, o, n);
+  void swiglu(const float* g, const float* u, void* o, int64_t n) override {
+    ref::swiglu(g, u, static_cast<float*>(o), n);
   }
   void add(float* y, const float* x, int64_t n) override { ref::add(y, x, n); }
 };
