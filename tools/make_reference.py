@@ -126,6 +126,23 @@ CASES = [
              bos_token_id=None, eos_token_id=383),
         "float16", 6004, 22, 6, 1.0,
         note="Qwen3, untied, 3 layers, head_dim 32 (q dim 128 != hidden 64), f16 weights."),
+    # Head dims the CUDA attention kernels take (64, 128), prompts longer than one 64-key chunk.
+    Case(
+        "llama_d128_bf16", "llama",
+        dict(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+             num_attention_heads=4, num_key_value_heads=2, head_dim=128, rms_norm_eps=1e-5,
+             rope_theta=500000.0, max_position_embeddings=512, tie_word_embeddings=False,
+             bos_token_id=254, eos_token_id=255),
+        "bfloat16", 7001, 100, 6, 1.0,
+        note="GQA 4/2, head_dim 128 (q dim 512 != hidden 128), bf16, 100 positions (2 chunks of 64)."),
+    Case(
+        "qwen3_d64_bf16", "qwen3",
+        dict(vocab_size=320, hidden_size=128, intermediate_size=192, num_hidden_layers=2,
+             num_attention_heads=4, num_key_value_heads=1, head_dim=64, rms_norm_eps=1e-6,
+             rope_theta=1000000.0, max_position_embeddings=512, tie_word_embeddings=True,
+             bos_token_id=None, eos_token_id=319),
+        "bfloat16", 8001, 90, 6, 1.0, embed_std=0.05,
+        note="Qwen3, tied, GQA 4/1 (MQA), head_dim 64, bf16, 90 positions (2 chunks of 64)."),
 ]
 
 
@@ -663,6 +680,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("tests/golden"))
     ap.add_argument("--verify", action="store_true", help="check every reference with a numpy float64 forward")
     ap.add_argument("--verify-only", action="store_true", help="only verify what is already in --out")
+    ap.add_argument("--only", nargs="*", help="(re)generate only these HF cases (no GGUF rewrite, no default model)")
     args = ap.parse_args()
 
     torch.set_num_threads(1)
@@ -671,6 +689,15 @@ def main() -> None:
     transformers.logging.disable_progress_bar()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+    if args.only:
+        for case in [c for c in CASES if c.name in args.only]:
+            for r in generate_case(case, args.out):
+                print(f"{r['path'].relative_to(args.out)}: seed {r['seed']}, "
+                      f"min greedy margin {r['margin']:.4f} of max|logit|")
+            ref = json.loads((args.out / case.name / "reference.json").read_text())
+            err = verify_hf_dir(args.out / case.name, ref)
+            print(f"[verify] {case.name}: numpy vs transformers {err:.2e} of max|logit|, greedy ok")
+        return
     if not args.verify_only:
         args.out.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(args.out / "gguf", ignore_errors=True)

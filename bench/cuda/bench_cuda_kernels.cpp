@@ -99,28 +99,36 @@ int main() {
       CK(cudaMalloc(&x, size_t(T) * sh.K * 2));
       CK(cudaMalloc(&y, size_t(T) * sh.N * 4));
       fill_bf16(x, size_t(T) * sh.K);
+      const size_t ws_bytes = bc::matmul_workspace_bytes(T, sh.N, sh.K);
+      void* ws = nullptr;
+      CK(cudaMalloc(&ws, ws_bytes));
+      CK(cudaMemset(ws, 0, ws_bytes));
       for (auto kern : {bc::MatmulKernel::Rows16x32, bc::MatmulKernel::Rows16x16,
-                        bc::MatmulKernel::Rows16x32Deep, bc::MatmulKernel::Tile128}) {
-        if ((T == 1) == (kern == bc::MatmulKernel::Tile128)) continue;
-        const double ms = time_ms(
-            [&](int i) {
-              CK(bc::matmul_bf16(x, T, w + (wbytes / 2) * (i % copies), sh.N, sh.K, y, nullptr,
-                                 kern));
-            },
-            5, T == 1 ? 200 : 30);
-        const double bytes = double(wbytes) + double(T) * sh.K * 2 + double(T) * sh.N * 4;
-        const double gbs = bytes / (ms * 1e-3) / 1e9;
-        const double tf = 2.0 * T * sh.N * sh.K / (ms * 1e-3) / 1e12;
-        const char* kn = kern == bc::MatmulKernel::Rows16x32       ? "Rows16x32"
-                         : kern == bc::MatmulKernel::Rows16x16     ? "Rows16x16"
-                         : kern == bc::MatmulKernel::Rows16x32Deep ? "R16x32Deep"
-                                                                   : "Tile128";
-        std::printf("%-10s %6lld %6lld %6lld %-10s %10.2f %9.0f %6.1f%% %9.1f\n", "matmul",
-                    (long long)T, (long long)sh.N, (long long)sh.K, kn, ms * 1e3, gbs,
-                    100.0 * gbs / copy_gbs, tf);
-      }
+                        bc::MatmulKernel::Rows16x32Deep, bc::MatmulKernel::Tile128})
+        for (bool split : {false, true}) {
+          if ((T == 1) == (kern == bc::MatmulKernel::Tile128)) continue;
+          if (split && T != 1) continue;
+          const double ms = time_ms(
+              [&](int i) {
+                CK(bc::matmul_bf16(x, T, w + (wbytes / 2) * (i % copies), sh.N, sh.K, y, nullptr,
+                                   kern, split ? ws : nullptr, split ? ws_bytes : 0));
+              },
+              5, T == 1 ? 200 : 30);
+          const double bytes = double(wbytes) + double(T) * sh.K * 2 + double(T) * sh.N * 4;
+          const double gbs = bytes / (ms * 1e-3) / 1e9;
+          const double tf = 2.0 * T * sh.N * sh.K / (ms * 1e-3) / 1e12;
+          const char* kn =
+              kern == bc::MatmulKernel::Rows16x32       ? (split ? "R16x32+sK" : "Rows16x32")
+              : kern == bc::MatmulKernel::Rows16x16     ? (split ? "R16x16+sK" : "Rows16x16")
+              : kern == bc::MatmulKernel::Rows16x32Deep ? (split ? "R16x32D+sK" : "R16x32Deep")
+                                                        : "Tile128";
+          std::printf("%-10s %6lld %6lld %6lld %-10s %10.2f %9.0f %6.1f%% %9.1f\n", "matmul",
+                      (long long)T, (long long)sh.N, (long long)sh.K, kn, ms * 1e3, gbs,
+                      100.0 * gbs / copy_gbs, tf);
+        }
       CK(cudaFree(x));
       CK(cudaFree(y));
+      CK(cudaFree(ws));
     }
     CK(cudaFree(w));
   }

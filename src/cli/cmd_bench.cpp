@@ -16,6 +16,9 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/generator.h"
+#ifdef BASALT_HAVE_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
 
 namespace basalt::cli {
 namespace {
@@ -26,6 +29,7 @@ struct BenchArgs {
   int64_t n = 32;
   int repeats = 3;
   int threads = 0;
+  std::string device;
   int64_t prefill_chunk = 0;
   bool json = false;
 };
@@ -83,7 +87,7 @@ int64_t peak_rss_bytes() {
 
 int run_bench(const BenchArgs& a) {
   auto model = model_load(a.model);
-  auto be = cpu::make_cpu_backend(a.threads);
+  auto be = make_backend(a.device, a.threads);
   const ModelConfig& c = model->config();
   struct Row {
     int64_t P;
@@ -117,11 +121,26 @@ int run_bench(const BenchArgs& a) {
     rows.push_back({P, median(pre), median(dec)});
   }
   // The model's peak memory is read before the roofline probes allocate their buffers.
-  const int64_t peak = peak_rss_bytes();
-  const double copy_bw = measure_copy_bandwidth(a.threads);
-  const double mm_rate = measure_matmul_rate(*be);
-  std::fprintf(stderr, "backend: %s; copy bandwidth %.1f GB/s; f32 matmul kernel %.1f GFLOP/s\n",
-               be->name().c_str(), copy_bw / 1e9, mm_rate / 1e9);
+  // Rooflines: host backends, the copy bandwidth of the pool's threads and the f32 matmul kernel
+  // itself; CUDA, a 1 GiB device copy and cuBLAS bf16 GEMM at the prefill's largest shape.
+  int64_t peak = peak_rss_bytes();
+  double copy_bw = 0, mm_rate = 0;
+  const char* mm_what = "f32 matmul kernel";
+  if (be->host_memory()) {
+    copy_bw = measure_copy_bandwidth(a.threads);
+    mm_rate = measure_matmul_rate(*be);
+  } else {
+    peak = int64_t(be->peak_bytes());
+#ifdef BASALT_HAVE_CUDA
+    copy_bw = cuda::measure_copy_bandwidth();
+    const int64_t M = *std::max_element(a.prompts.begin(), a.prompts.end());
+    mm_rate = cuda::measure_cublas_gemm(std::max<int64_t>(M, 256), c.intermediate, c.hidden);
+    mm_what = "cuBLAS bf16 GEMM";
+    if (mm_rate == 0) fail("[bench] libcublas could not be loaded for the GEMM roofline");
+#endif
+  }
+  std::fprintf(stderr, "backend: %s; copy bandwidth %.1f GB/s; %s %.1f GFLOP/s\n",
+               be->name().c_str(), copy_bw / 1e9, mm_what, mm_rate / 1e9);
   if (!a.json)
     std::printf("%8s %8s %14s %10s %7s %14s %10s %7s\n", "prompt", "decode", "prefill tok/s",
                 "ttft ms", "of mm", "decode tok/s", "MB/token", "of bw");
@@ -130,10 +149,14 @@ int run_bench(const BenchArgs& a) {
     const double pre_s = row.pre_s, dec_s = row.dec_s;
     const double pre_tps = double(P) / pre_s, dec_tps = a.n > 0 ? double(a.n) / dec_s : 0.0;
     // Decode reads the weights and the KV at the mean context of the decode steps.
-    const double bytes = double(model->decode_bytes(P + a.n / 2));
+    const double bytes = double(model->decode_bytes(P + a.n / 2, dtype_bytes(be->kv_dtype(), 1)));
     double prefill_flops = 0;
     for (int64_t p = 0; p < P; ++p) prefill_flops += model->token_flops(p);
     const double bw_frac = bytes * dec_tps / copy_bw;
+    // The scratch plan of the prefill pass (src/memory): peak, lower bound, one buffer each.
+    const int64_t chunk = a.prefill_chunk > 0 ? std::min(a.prefill_chunk, P) : P;
+    const memory::Program prog = model->scratch_program(*be, chunk, 1);
+    const memory::Plan plan = memory::plan(prog.values());
     const double mm_frac = prefill_flops / pre_s / mm_rate;
     if (a.json) {
       nlohmann::json j = {{"backend", be->name()},
@@ -149,16 +172,24 @@ int run_bench(const BenchArgs& a) {
                           {"matmul_rate_flop_s", mm_rate},
                           {"matmul_fraction", mm_frac},
                           {"peak_bytes", peak},
+                          {"scratch_peak_bytes", plan.peak},
+                          {"scratch_lower_bound_bytes", plan.lower_bound},
+                          {"scratch_naive_bytes", plan.naive_sum},
                           {"repeats", a.repeats}};
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("%8lld %8lld %14.1f %10.1f %6.0f%% %14.2f %10.2f %6.0f%%\n", (long long)P,
                   (long long)a.n, pre_tps, pre_s * 1e3, 100 * mm_frac, dec_tps, bytes / 1e6,
                   100 * bw_frac);
+      std::fprintf(stderr,
+                   "prefill pass of %lld rows, scratch: %.1f MiB planned (lower bound %.1f, "
+                   "one buffer each %.1f)\n",
+                   (long long)chunk, double(plan.peak) / (1 << 20),
+                   double(plan.lower_bound) / (1 << 20), double(plan.naive_sum) / (1 << 20));
     }
   }
-  std::fprintf(stderr, "medians of %d runs; peak memory %.1f MiB\n", a.repeats,
-               double(peak) / (1 << 20));
+  std::fprintf(stderr, "medians of %d runs; peak %s memory %.1f MiB\n", a.repeats,
+               be->host_memory() ? "resident" : "device", double(peak) / (1 << 20));
   return 0;
 }
 
@@ -174,6 +205,7 @@ Runner add_bench(CLI::App& app) {
   sc->add_option("-r,--repeats", a->repeats, "Runs per configuration (median reported)")
       ->check(CLI::Range(1, 1000));
   sc->add_option("-t,--threads", a->threads, "CPU threads (default: all)");
+  add_device_option(sc, a->device);
   sc->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per pass (0 = all)");
   sc->add_flag("--json", a->json, "One JSON object per configuration");
   return [a] { return run_bench(*a); };

@@ -4,8 +4,11 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "ops/backend.h"
 
 namespace basalt::cli {
 
@@ -24,6 +27,11 @@ Runner add_run(CLI::App& app);
 
 // "1,2,3", "1 2 3" or "[1, 2, 3]" → ids; throws basalt::Error on anything else.
 std::vector<int32_t> parse_ids(const std::string& s);
+// The backend --device names: "cpu", "cuda" / "cuda:N", or "" (auto: cuda when a Hopper GPU is
+// visible and basalt was built with CUDA, else cpu). Throws basalt::Error for anything else.
+std::unique_ptr<Backend> make_backend(const std::string& device, int threads);
+// Registers --device on a subcommand.
+void add_device_option(CLI::App* sc, std::string& device);
 // Human-readable model path for messages ("" is the embedded default model).
 std::string model_label(const std::string& path);
 

@@ -47,10 +47,10 @@ enum class RopeStyle : uint8_t {
 // sequence share the table pointer.
 struct PassRows {
   int64_t T = 0;
-  const int32_t* ids = nullptr;              // [T]
-  const int64_t* pos = nullptr;              // [T]
-  const int32_t* const* tables = nullptr;    // [T]
-  const int64_t* table_sizes = nullptr;      // [T] blocks in tables[t]
+  const int32_t* ids = nullptr;            // [T]
+  const int64_t* pos = nullptr;            // [T]
+  const int32_t* const* tables = nullptr;  // [T]
+  const int64_t* table_sizes = nullptr;    // [T] blocks in tables[t]
   int64_t block_size = 0;
 };
 
@@ -85,6 +85,7 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual bool supports_weight(DType t) const = 0;
+  virtual bool supports_head_dim(int64_t D) const { return D > 0; }
 
   // --- memory --------------------------------------------------------------------------------
   // Zero-filled memory of this backend, 256-byte aligned; throws basalt::Error when exhausted.
@@ -95,8 +96,9 @@ class Backend {
   virtual void download(void* dst, const void* src, size_t bytes) = 0;
   // True when backend memory is host memory (results can be written to the caller's arrays).
   virtual bool host_memory() const = 0;
-  // The weight resident in this backend's memory and format (host backends: w itself). The
-  // backend owns the copy; prepare_weight of the same data twice returns the same copy.
+  // The weight resident in this backend's memory and format (host backends: w itself). Each
+  // call makes a new copy (the caller shares tied weights), owned by the backend and freed with
+  // it: a host pointer says nothing about a model's lifetime, so there is no cache by address.
   virtual WeightRef prepare_weight(const WeightRef& w) = 0;
   // A vector of f32 (norm weights, biases, rotary frequencies) in backend memory, owned by it.
   virtual const float* prepare_vector(const float* data, int64_t n) = 0;
@@ -174,8 +176,7 @@ class HostBackend : public Backend {
   void embedding(const WeightRef& table, float* out) override;
   void rope_angles(const float* inv_freq, int64_t half, float* cos, float* sin) override;
   void add_bias(float* y, const float* b, int64_t T, int64_t n) override;
-  void kv_write(const float* k, const float* v, void* k_cache, void* v_cache,
-                int64_t row) override;
+  void kv_write(const float* k, const float* v, void* k_cache, void* v_cache, int64_t row) override;
 
  protected:
   PassRows rows_;

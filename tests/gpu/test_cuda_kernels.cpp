@@ -13,6 +13,7 @@
 // 7, 33, whole, with the fused and split kernels; two identical runs.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -139,17 +140,16 @@ void test_rmsnorm() {
   for (int64_t n : {64, 1000, 4096}) {
     const int64_t rows = 33;
     auto x = rand_f32(rows * n, -2, 2), delta = rand_f32(rows * n);
-    auto w = rand_bf16(n, 0.5f, 1.5f);
-    Dev<float> dx(rows * n), dd(rows * n);
-    Dev<uint16_t> dw(n), dy(rows * n), dy1(n);
+    const auto wf = rand_f32(n, 0.5f, 1.5f);
+    Dev<float> dx(rows * n), dd(rows * n), dw(n);
+    Dev<uint16_t> dy(rows * n), dy1(n);
     dx.up(x);
     dd.up(delta);
-    dw.up(w);
+    dw.up(wf);
     dy.poison();
     CK(bc::rmsnorm_residual(dx.p, dd.p, dw.p, dy.p, rows, n, 1e-6f, nullptr));
     std::vector<float> xr(rows * n), yr(rows * n);
     for (size_t i = 0; i < xr.size(); ++i) xr[i] = x[i] + delta[i];
-    const auto wf = to_f32(w);
     basalt::ref::rmsnorm(xr.data(), wf.data(), yr.data(), rows, n, 1e-6f);
     const auto gx = dx.down();
     const auto gy = dy.down();
@@ -170,14 +170,12 @@ void test_head_rmsnorm() {
   for (int64_t D : {64, 128}) {
     const int64_t rows = 7 * 8;
     auto x = rand_f32(rows * D, -3, 3);
-    auto w = rand_bf16(D, 0.5f, 1.5f);
-    Dev<float> dx(rows * D);
-    Dev<uint16_t> dw(D);
+    const auto wf = rand_f32(D, 0.5f, 1.5f);
+    Dev<float> dx(rows * D), dw(D);
     dx.up(x);
-    dw.up(w);
+    dw.up(wf);
     CK(bc::head_rmsnorm(dx.p, dw.p, rows, D, 1e-6f, nullptr));
     std::vector<float> ref(rows * D);
-    const auto wf = to_f32(w);
     basalt::ref::rmsnorm(x.data(), wf.data(), ref.data(), rows, D, 1e-6f);
     const double e = row_err(dx.down(), ref, rows, D);
     check(e < 1e-5, "head_rmsnorm D=" + std::to_string(D) + " rows=56 " + fmt_err(e));
@@ -284,29 +282,37 @@ void test_matmul(int64_t N, int64_t K, int64_t ref_rows) {
     auto all = dy.down();
     one[r].assign(all.begin(), all.begin() + N);
   }
-  for (auto kern : kMmKernels) {
-    for (int64_t T : {1, 7, 31, 33, 128}) {
-      dy.poison();
-      CK(bc::matmul_bf16(dx.p, T, dw.p, N, K, dy.p, nullptr, kern));
-      const auto got = dy.down();
-      const std::string tag =
-          std::string("matmul ") + mm_name(kern) + shape + " T=" + std::to_string(T);
-      const int64_t rr = std::min(T, ref_rows);
-      const double e = row_err(got, ref, rr, N);
-      bool written = true;
-      for (int64_t i = 0; i < T * N; ++i) written &= std::isfinite(got[i]);
-      check(e < 1e-3 && written, tag + " vs ref (" + std::to_string(rr) + " rows) " + fmt_err(e));
-      bool bits = true;
-      for (int64_t r : probe)
-        if (r < T) bits &= same_bits(got.data() + r * N, one[r].data(), N * 4);
-      check(bits, tag + " rows == T=1 rows, bitwise");
-      if (T == 128) {  // run-to-run
-        CK(bc::matmul_bf16(dx.p, T, dw.p, N, K, dy.p, nullptr, kern));
-        const auto again = dy.down();
-        check(same_bits(got.data(), again.data(), got.size() * 4), tag + " two runs bitwise");
+  // Split-K workspace (segments in separate blocks for the Rows variants): same bits.
+  const size_t ws_bytes = bc::matmul_workspace_bytes(Tmax, N, K);
+  Dev<uint8_t> ws(ws_bytes);
+  CK(cudaMemset(ws.p, 0, ws_bytes));
+  for (auto kern : kMmKernels)
+    for (bool use_ws : {false, true}) {
+      if (use_ws && kern == bc::MatmulKernel::Tile128) continue;
+      for (int64_t T : {1, 7, 31, 33, 128}) {
+        dy.poison();
+        CK(bc::matmul_bf16(dx.p, T, dw.p, N, K, dy.p, nullptr, kern, use_ws ? ws.p : nullptr,
+                           use_ws ? ws_bytes : 0));
+        const auto got = dy.down();
+        const std::string tag = std::string("matmul ") + mm_name(kern) +
+                                (use_ws ? " split-K" : "") + shape + " T=" + std::to_string(T);
+        const int64_t rr = std::min(T, ref_rows);
+        const double e = row_err(got, ref, rr, N);
+        bool written = true;
+        for (int64_t i = 0; i < T * N; ++i) written &= std::isfinite(got[i]);
+        check(e < 1e-3 && written, tag + " vs ref (" + std::to_string(rr) + " rows) " + fmt_err(e));
+        bool bits = true;
+        for (int64_t r : probe)
+          if (r < T) bits &= same_bits(got.data() + r * N, one[r].data(), N * 4);
+        check(bits, tag + " rows == T=1 rows, bitwise");
+        if (T == 128 || (use_ws && T == 7)) {  // run-to-run
+          CK(bc::matmul_bf16(dx.p, T, dw.p, N, K, dy.p, nullptr, kern, use_ws ? ws.p : nullptr,
+                             use_ws ? ws_bytes : 0));
+          const auto again = dy.down();
+          check(same_bits(got.data(), again.data(), got.size() * 4), tag + " two runs bitwise");
+        }
       }
     }
-  }
 }
 
 struct AttnCase {
@@ -396,6 +402,125 @@ void test_attention(AttnCase c, bool with_ref_all) {
   }
 }
 
+// add_f32, add_bias, rope_angles, kv_write against host loops.
+void test_small_ops() {
+  const int64_t T = 5, n = 300;
+  auto y = rand_f32(T * n), x = rand_f32(T * n), b = rand_f32(n);
+  Dev<float> dy(T * n), dx(T * n), db(n);
+  dy.up(y), dx.up(x), db.up(b);
+  CK(bc::add_f32(dy.p, dx.p, T * n, nullptr));
+  CK(bc::add_bias(dy.p, db.p, T, n, nullptr));
+  std::vector<float> want(y);
+  for (int64_t i = 0; i < T * n; ++i) want[i] = (want[i] + x[i]) + b[i % n];
+  const auto got = dy.down();
+  check(same_bits(got.data(), want.data(), want.size() * 4), "add_f32 + add_bias bitwise");
+
+  const int64_t half = 32;
+  std::vector<int32_t> pos = {0, 1, 77, 4095, 100000};
+  std::vector<float> inv(half);
+  for (int64_t i = 0; i < half; ++i) inv[i] = std::pow(500000.0f, -float(2 * i) / 64.0f);
+  Dev<int32_t> dp(T);
+  Dev<float> di(half), dc(T * half), ds(T * half);
+  dp.up(pos), di.up(inv);
+  CK(bc::rope_angles(dp.p, di.p, T, half, dc.p, ds.p, nullptr));
+  const auto gc = dc.down(), gs = ds.down();
+  double e = 0;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = float(pos[t]) * inv[i];
+      e = std::max(e, double(std::fabs(gc[t * half + i] - std::cos(a))));
+      e = std::max(e, double(std::fabs(gs[t * half + i] - std::sin(a))));
+    }
+  check(e < 1e-5, "rope_angles vs libm " + fmt_err(e));
+
+  const int64_t row = 256, rows = 64;
+  auto k = rand_f32(T * row), v = rand_f32(T * row);
+  std::vector<int32_t> slots = {3, 63, 0, 17, 40};
+  Dev<float> dk(T * row), dv(T * row);
+  Dev<int32_t> dsl(T);
+  Dev<uint16_t> kc(rows * row), vc(rows * row);
+  dk.up(k), dv.up(v), dsl.up(slots);
+  kc.poison(), vc.poison();
+  CK(bc::kv_write(dk.p, dv.p, dsl.p, T, row, kc.p, vc.p, nullptr));
+  const auto gk = kc.down(), gv = vc.down();
+  bool ok = true;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < row; ++i)
+      ok &= gk[slots[t] * row + i] == f32_to_bf16(k[t * row + i]) &&
+            gv[slots[t] * row + i] == f32_to_bf16(v[t * row + i]);
+  check(ok, "kv_write rows at their slots, bf16 bitwise");
+}
+
+// Paged attention: two sequences in one pass, their blocks scattered through the cache, give
+// bitwise the rows of each sequence's contiguous-cache run (block sizes 64 and 128).
+void test_paged_attention() {
+  const int64_t H = 8, Hkv = 2, D = 128, PA = 300, PB = 130;
+  for (int64_t bs : {64, 128}) {
+    const int64_t nb_a = (PA + bs - 1) / bs, nb_b = (PB + bs - 1) / bs, nb = nb_a + nb_b + 3;
+    auto ka = rand_bf16(PA * Hkv * D, -2, 2), va = rand_bf16(PA * Hkv * D);
+    auto kb = rand_bf16(PB * Hkv * D, -2, 2), vb = rand_bf16(PB * Hkv * D);
+    // Block ids: A takes odd-looking places, B the rest, in a shuffled order.
+    std::vector<int32_t> ids(nb);
+    for (int64_t i = 0; i < nb; ++i) ids[i] = int32_t(i);
+    std::shuffle(ids.begin(), ids.end(), g_rng);
+    std::vector<int32_t> ta(ids.begin(), ids.begin() + nb_a),
+        tb(ids.begin() + nb_a, ids.begin() + nb_a + nb_b);
+    std::vector<uint16_t> kc(nb * bs * Hkv * D, 0), vc(nb * bs * Hkv * D, 0);
+    auto place = [&](const std::vector<int32_t>& tbl, const std::vector<uint16_t>& src,
+                     std::vector<uint16_t>& dst, int64_t P) {
+      for (int64_t p = 0; p < P; ++p)
+        std::copy_n(src.begin() + p * Hkv * D, Hkv * D,
+                    dst.begin() + (tbl[p / bs] * bs + p % bs) * Hkv * D);
+    };
+    place(ta, ka, kc, PA), place(ta, va, vc, PA), place(tb, kb, kc, PB), place(tb, vb, vc, PB);
+    // The pass: A's last 3 positions, B's last 2, interleaved A, B, A, B, A.
+    const std::vector<int32_t> pos = {PA - 3, PB - 2, PA - 2, PB - 1, PA - 1};
+    const std::vector<int32_t> row_table = {0, 1, 0, 1, 0};
+    const int64_t stride = 8;
+    std::vector<int32_t> tables(2 * stride, 0);
+    std::copy(ta.begin(), ta.end(), tables.begin());
+    std::copy(tb.begin(), tb.end(), tables.begin() + stride);
+    const int64_t T = 5;
+    auto q = rand_f32(T * H * D, -2, 2);
+    Dev<float> dq(q.size());
+    Dev<uint16_t> dkc(kc.size()), dvc(vc.size()), dout(T * H * D);
+    Dev<int32_t> dpos(T), drt(T), dtab(tables.size());
+    dq.up(q), dkc.up(kc), dvc.up(vc), dpos.up(pos), drt.up(row_table), dtab.up(tables);
+    const size_t ws_bytes = bc::attention_workspace_bytes(T, H, D, PA);
+    Dev<float> ws(ws_bytes / 4 + 1);
+    for (auto kern : {bc::AttnKernel::Fused, bc::AttnKernel::Split}) {
+      dout.poison();
+      bc::AttnArgs a;
+      a.q = dq.p, a.k = dkc.p, a.v = dvc.p, a.out = dout.p;
+      a.T = T, a.H = H, a.Hkv = Hkv, a.D = D, a.scale = 0.088f;
+      a.pos = dpos.p, a.tables = dtab.p, a.row_table = drt.p, a.table_stride = stride;
+      a.block_size = bs, a.max_pos = PA - 1;
+      a.workspace = ws.p, a.workspace_bytes = ws_bytes;
+      CK(bc::attention(a, nullptr, kern));
+      const auto got = dout.down();
+      // Each row alone over its sequence's contiguous cache.
+      bool ok = true;
+      for (int64_t t = 0; t < T; ++t) {
+        const bool is_a = row_table[t] == 0;
+        Dev<uint16_t> ck((is_a ? PA : PB) * Hkv * D), cv((is_a ? PA : PB) * Hkv * D);
+        Dev<float> q1(H * D);
+        Dev<uint16_t> o1(H * D);
+        ck.up(is_a ? ka : kb), cv.up(is_a ? va : vb);
+        q1.up(std::vector<float>(q.begin() + t * H * D, q.begin() + (t + 1) * H * D));
+        bc::AttnArgs c;
+        c.q = q1.p, c.k = ck.p, c.v = cv.p, c.out = o1.p;
+        c.T = 1, c.H = H, c.Hkv = Hkv, c.D = D, c.scale = 0.088f, c.pos0 = pos[t];
+        CK(bc::attention(c, nullptr, bc::AttnKernel::Fused));
+        const auto one = o1.down();
+        ok &= same_bits(one.data(), got.data() + t * H * D, H * D * 2);
+      }
+      check(ok, "paged attention block " + std::to_string(bs) +
+                    (kern == bc::AttnKernel::Fused ? " fused" : " split") +
+                    ": batch of 2 sequences == each row alone on a contiguous cache, bitwise");
+    }
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -419,9 +544,13 @@ int main() {
   test_matmul(1001, 136, 128);
   test_matmul(512, 4096, 33);
   test_matmul(4096, 4096, 7);
+  test_matmul(300, 2600, 16);  // 3 K segments, the last one partial
   test_attention({200, 8, 2, 128}, true);
   test_attention({150, 4, 4, 64}, true);
+  test_attention({130, 4, 2, 32}, true);
   test_attention({1100, 32, 8, 128}, false);
+  test_small_ops();
+  test_paged_attention();
   std::printf("%s: %d failure(s)\n", g_failures ? "FAILED" : "ALL PASSED", g_failures);
   return g_failures ? 1 : 0;
 }

@@ -80,10 +80,12 @@ __device__ __forceinline__ Partial<DPL> chunk_partial(const float* qs, const bf1
       p.acc[1] = __fmaf_rn(ej, bf(u.x >> 16), p.acc[1]);
       p.acc[2] = __fmaf_rn(ej, bf(u.y & 0xffffu), p.acc[2]);
       p.acc[3] = __fmaf_rn(ej, bf(u.y >> 16), p.acc[3]);
-    } else {
+    } else if constexpr (DPL == 2) {
       const uint32_t u = *reinterpret_cast<const uint32_t*>(vr + jj * stride);
       p.acc[0] = __fmaf_rn(ej, bf(u & 0xffffu), p.acc[0]);
       p.acc[1] = __fmaf_rn(ej, bf(u >> 16), p.acc[1]);
+    } else {
+      p.acc[0] = __fmaf_rn(ej, bf(vr[jj * stride]), p.acc[0]);
     }
   }
   return p;
@@ -113,6 +115,21 @@ __host__ __device__ __forceinline__ int64_t n_chunks(int64_t pos) {
   return pos / kAttnChunk + 1;
 }
 
+__device__ __forceinline__ int64_t row_pos(const AttnArgs& a, int64_t t) {
+  return a.pos ? int64_t(a.pos[t]) : a.pos0 + t;
+}
+
+// The cache row of key j0 (a chunk start) for query row t.
+__device__ __forceinline__ int64_t chunk_row(const AttnArgs& a, int64_t t, int64_t j0) {
+  if (!a.tables) return j0;
+  const int32_t* tb = a.tables + int64_t(a.row_table[t]) * a.table_stride;
+  return int64_t(tb[j0 / a.block_size]) * a.block_size + j0 % a.block_size;
+}
+
+__host__ __forceinline__ int64_t max_pos_of(const AttnArgs& a) {
+  return a.max_pos >= 0 ? a.max_pos : a.pos0 + a.T - 1;
+}
+
 template <int DPL>
 __global__ void __launch_bounds__(32 * kWarps) attn_fused_kernel(AttnArgs a) {
   constexpr int D = 32 * DPL;
@@ -124,15 +141,15 @@ __global__ void __launch_bounds__(32 * kWarps) attn_fused_kernel(AttnArgs a) {
   float* qs = qs_all[wi];
   for (int d = lane; d < D; d += 32) qs[d] = a.q[th * D + d];
   __syncwarp();
-  const int64_t stride = a.Hkv * D, p = a.pos0 + t;
+  const int64_t stride = a.Hkv * D, p = row_pos(a, t);
   const bf16_bits* kh = a.k + hk * D;
   const bf16_bits* vh = a.v + hk * D;
-  Partial<DPL> st =
-      chunk_partial<DPL>(qs, kh, vh, stride, 0, int(p < 63 ? p + 1 : 64), a.scale, lane);
+  Partial<DPL> st = chunk_partial<DPL>(qs, kh, vh, stride, chunk_row(a, t, 0),
+                                       int(p < 63 ? p + 1 : 64), a.scale, lane);
   for (int64_t c = 1; c < n_chunks(p); ++c) {
     const int64_t j0 = c * kAttnChunk;
     const int n = int(p - j0 + 1 < kAttnChunk ? p - j0 + 1 : kAttnChunk);
-    merge(st, chunk_partial<DPL>(qs, kh, vh, stride, j0, n, a.scale, lane));
+    merge(st, chunk_partial<DPL>(qs, kh, vh, stride, chunk_row(a, t, j0), n, a.scale, lane));
   }
   write_out(st, a.out + th * D, lane);
 }
@@ -148,7 +165,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   if (item >= a.T * a.H * max_chunks) return;
   const int64_t th = item / max_chunks, c = item % max_chunks;
   const int64_t t = th / a.H, h = th % a.H, hk = h / (a.H / a.Hkv);
-  const int64_t p = a.pos0 + t;
+  const int64_t p = row_pos(a, t);
   if (c >= n_chunks(p)) return;
   float* qs = qs_all[wi];
   for (int d = lane; d < D; d += 32) qs[d] = a.q[th * D + d];
@@ -156,7 +173,8 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int64_t stride = a.Hkv * D, j0 = c * kAttnChunk;
   const int n = int(p - j0 + 1 < kAttnChunk ? p - j0 + 1 : kAttnChunk);
   const Partial<DPL> pc =
-      chunk_partial<DPL>(qs, a.k + hk * D, a.v + hk * D, stride, j0, n, a.scale, lane);
+      chunk_partial<DPL>(qs, a.k + hk * D, a.v + hk * D, stride, chunk_row(a, t, j0), n, a.scale,
+                         lane);
   float* w = a.workspace + item * (D + 2);
 #pragma unroll
   for (int d = 0; d < DPL; ++d) w[lane * DPL + d] = pc.acc[d];
@@ -173,7 +191,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int lane = threadIdx.x & 31;
   const int64_t th = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (th >= a.T * a.H) return;
-  const int64_t p = a.pos0 + th / a.H;
+  const int64_t p = row_pos(a, th / a.H);
   auto load = [&](int64_t c) {
     const float* w = a.workspace + (th * max_chunks + c) * (D + 2);
     Partial<DPL> pc;
@@ -195,7 +213,7 @@ cudaError_t launch(const AttnArgs& a, cudaStream_t s, bool split) {
     attn_fused_kernel<DPL><<<unsigned(blocks), 32 * kWarps, 0, s>>>(a);
     return cudaGetLastError();
   }
-  const int64_t max_chunks = n_chunks(a.pos0 + a.T - 1);
+  const int64_t max_chunks = n_chunks(max_pos_of(a));
   const int64_t blocks = (a.T * a.H * max_chunks + kWarps - 1) / kWarps;
   attn_split_chunks_kernel<DPL><<<unsigned(blocks), 32 * kWarps, 0, s>>>(a, max_chunks);
   const cudaError_t e = cudaGetLastError();
@@ -212,18 +230,22 @@ size_t attention_workspace_bytes(int64_t T, int64_t H, int64_t D, int64_t n_pos)
 }
 
 cudaError_t attention(const AttnArgs& a, cudaStream_t s, AttnKernel kernel) {
-  if (a.T < 0 || a.H <= 0 || a.Hkv <= 0 || a.H % a.Hkv || (a.D != 64 && a.D != 128) || a.pos0 < 0 ||
-      !a.q || !a.k || !a.v || !a.out)
+  if (a.T < 0 || a.H <= 0 || a.Hkv <= 0 || a.H % a.Hkv || (a.D != 32 && a.D != 64 && a.D != 128) || a.pos0 < 0 ||
+      !a.q || !a.k || !a.v || !a.out || (a.pos && a.max_pos < 0) ||
+      (a.tables && (!a.row_table || a.block_size <= 0 || a.block_size % kAttnChunk ||
+                    a.table_stride <= 0)))
     return cudaErrorInvalidValue;
   if (a.T == 0) return cudaSuccess;
-  const size_t ws = attention_workspace_bytes(a.T, a.H, a.D, a.pos0 + a.T);
+  const size_t ws = attention_workspace_bytes(a.T, a.H, a.D, max_pos_of(a) + 1);
   const bool ws_ok = a.workspace && a.workspace_bytes >= ws;
   if (kernel == AttnKernel::Split && !ws_ok) return cudaErrorInvalidValue;
   // Split when too few (t, h) warps would fill the chip and the context has several chunks.
   const bool split =
       kernel == AttnKernel::Split ||
-      (kernel == AttnKernel::Auto && ws_ok && a.T * a.H < 2048 && n_chunks(a.pos0 + a.T - 1) > 1);
-  return a.D == 128 ? launch<4>(a, s, split) : launch<2>(a, s, split);
+      (kernel == AttnKernel::Auto && ws_ok && a.T * a.H < 2048 && n_chunks(max_pos_of(a)) > 1);
+  return a.D == 128 ? launch<4>(a, s, split)
+         : a.D == 64 ? launch<2>(a, s, split)
+                     : launch<1>(a, s, split);
 }
 
 }  // namespace basalt::cuda

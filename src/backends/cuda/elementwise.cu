@@ -38,7 +38,7 @@ __global__ void embedding_kernel(const bf16_bits* table, int64_t V, int64_t E, c
 constexpr int kNormThreads = 256;
 
 __global__ void __launch_bounds__(kNormThreads)
-    rmsnorm_residual_kernel(float* x, const float* delta, const bf16_bits* w, bf16_bits* y,
+    rmsnorm_residual_kernel(float* x, const float* delta, const float* w, bf16_bits* y,
                             int64_t n, float eps) {
   __shared__ float warp_ss[kNormThreads / 32];
   const int64_t r = blockIdx.x;
@@ -60,10 +60,10 @@ __global__ void __launch_bounds__(kNormThreads)
   for (int i = 1; i < kNormThreads / 32; ++i) tot = __fadd_rn(tot, warp_ss[i]);
   const float inv = __frcp_rn(__fsqrt_rn(__fadd_rn(__fdiv_rn(tot, float(n)), eps)));
   for (int64_t i = threadIdx.x; i < n; i += kNormThreads)
-    y[r * n + i] = to_bf(__fmul_rn(__fmul_rn(xr[i], inv), bf(w[i])));
+    y[r * n + i] = to_bf(__fmul_rn(__fmul_rn(xr[i], inv), w[i]));
 }
 
-__global__ void head_rmsnorm_kernel(float* x, const bf16_bits* w, int64_t rows, int64_t D,
+__global__ void head_rmsnorm_kernel(float* x, const float* w, int64_t rows, int64_t D,
                                     float eps) {
   const int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
@@ -73,7 +73,7 @@ __global__ void head_rmsnorm_kernel(float* x, const bf16_bits* w, int64_t rows, 
   for (int64_t i = lane; i < D; i += 32) ss = __fmaf_rn(xr[i], xr[i], ss);
   ss = warp_sum(ss);
   const float inv = __frcp_rn(__fsqrt_rn(__fadd_rn(__fdiv_rn(ss, float(D)), eps)));
-  for (int64_t i = lane; i < D; i += 32) xr[i] = __fmul_rn(__fmul_rn(xr[i], inv), bf(w[i]));
+  for (int64_t i = lane; i < D; i += 32) xr[i] = __fmul_rn(__fmul_rn(xr[i], inv), w[i]);
 }
 
 __device__ __forceinline__ void rope_pair(float* v, int64_t i, int64_t half, RopeLayout layout,
@@ -116,6 +116,40 @@ __global__ void convert_kernel(const float* in, bf16_bits* out, int64_t n) {
     out[i] = to_bf(in[i]);
 }
 
+__global__ void add_kernel(float* y, const float* x, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = __fadd_rn(y[i], x[i]);
+}
+
+__global__ void add_bias_kernel(float* y, const float* b, int64_t T, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < T * n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = __fadd_rn(y[i], b[i % n]);
+}
+
+__global__ void rope_angles_kernel(const int32_t* pos, const float* inv_freq, int64_t T,
+                                   int64_t half, float* cos, float* sin) {
+  const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (idx >= T * half) return;
+  const int64_t t = idx / half, i = idx % half;
+  float sv, cv;
+  sincosf(__fmul_rn(float(pos[t]), inv_freq[i]), &sv, &cv);
+  cos[idx] = cv;
+  sin[idx] = sv;
+}
+
+__global__ void kv_write_kernel(const float* k, const float* v, const int32_t* slots, int64_t T,
+                                int64_t row, bf16_bits* kc, bf16_bits* vc) {
+  const int64_t t = blockIdx.y;
+  const int64_t dst = int64_t(slots[t]) * row;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < row;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    kc[dst + i] = to_bf(k[t * row + i]);
+    vc[dst + i] = to_bf(v[t * row + i]);
+  }
+}
+
 unsigned grid_1d(int64_t n, int threads) {
   const int64_t b = (n + threads - 1) / threads;
   return unsigned(b < 65535 * 16 ? (b > 0 ? b : 1) : 65535 * 16);
@@ -132,7 +166,7 @@ cudaError_t embedding(const bf16_bits* table, int64_t V, int64_t E, const int32_
   return cudaGetLastError();
 }
 
-cudaError_t rmsnorm_residual(float* x, const float* delta, const bf16_bits* w, bf16_bits* y,
+cudaError_t rmsnorm_residual(float* x, const float* delta, const float* w, bf16_bits* y,
                              int64_t rows, int64_t n, float eps, cudaStream_t s) {
   if (rows < 0 || n <= 0 || rows > 0x7fffffff) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
@@ -140,7 +174,7 @@ cudaError_t rmsnorm_residual(float* x, const float* delta, const bf16_bits* w, b
   return cudaGetLastError();
 }
 
-cudaError_t head_rmsnorm(float* x, const bf16_bits* w, int64_t rows, int64_t D, float eps,
+cudaError_t head_rmsnorm(float* x, const float* w, int64_t rows, int64_t D, float eps,
                          cudaStream_t s) {
   if (rows < 0 || D <= 0) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
@@ -180,6 +214,38 @@ cudaError_t convert_f32_bf16(const float* in, bf16_bits* out, int64_t n, cudaStr
   if (n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   convert_kernel<<<grid_1d(n, 256), 256, 0, s>>>(in, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t add_f32(float* y, const float* x, int64_t n, cudaStream_t s) {
+  if (n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  add_kernel<<<grid_1d(n, 256), 256, 0, s>>>(y, x, n);
+  return cudaGetLastError();
+}
+
+cudaError_t add_bias(float* y, const float* b, int64_t T, int64_t n, cudaStream_t s) {
+  if (T < 0 || n <= 0) return cudaErrorInvalidValue;
+  if (T == 0) return cudaSuccess;
+  add_bias_kernel<<<grid_1d(T * n, 256), 256, 0, s>>>(y, b, T, n);
+  return cudaGetLastError();
+}
+
+cudaError_t rope_angles(const int32_t* pos, const float* inv_freq, int64_t T, int64_t half,
+                        float* cos, float* sin, cudaStream_t s) {
+  if (T < 0 || half <= 0) return cudaErrorInvalidValue;
+  if (T == 0) return cudaSuccess;
+  rope_angles_kernel<<<unsigned((T * half + 255) / 256), 256, 0, s>>>(pos, inv_freq, T, half, cos,
+                                                                      sin);
+  return cudaGetLastError();
+}
+
+cudaError_t kv_write(const float* k, const float* v, const int32_t* slots, int64_t T, int64_t row,
+                     bf16_bits* k_cache, bf16_bits* v_cache, cudaStream_t s) {
+  if (T < 0 || row <= 0 || T > 65535) return cudaErrorInvalidValue;
+  if (T == 0) return cudaSuccess;
+  const dim3 grid(unsigned((row + 255) / 256 < 16 ? (row + 255) / 256 : 16), unsigned(T));
+  kv_write_kernel<<<grid, 256, 0, s>>>(k, v, slots, T, row, k_cache, v_cache);
   return cudaGetLastError();
 }
 

@@ -25,13 +25,13 @@ cudaError_t embedding(const bf16_bits* table, int64_t V, int64_t E, const int32_
                       float* out, cudaStream_t s);
 
 // Fused residual add + RMSNorm over rows of n: if delta != nullptr, x[r, :] += delta[r, :] (x f32,
-// in place); then y[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) * w   (w bf16 [n], y bf16).
+// in place); then y[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) * w   (w f32 [n], y bf16).
 // One block of 256 threads per row; the sum of squares has one fixed order per n.
-cudaError_t rmsnorm_residual(float* x, const float* delta, const bf16_bits* w, bf16_bits* y,
+cudaError_t rmsnorm_residual(float* x, const float* delta, const float* w, bf16_bits* y,
                              int64_t rows, int64_t n, float eps, cudaStream_t s);
 
-// Per-head RMSNorm in place (Qwen3 q/k norm): x f32 [rows, D], w bf16 [D]. One warp per row.
-cudaError_t head_rmsnorm(float* x, const bf16_bits* w, int64_t rows, int64_t D, float eps,
+// Per-head RMSNorm in place (Qwen3 q/k norm): x f32 [rows, D], w f32 [D]. One warp per row.
+cudaError_t head_rmsnorm(float* x, const float* w, int64_t rows, int64_t D, float eps,
                          cudaStream_t s);
 
 enum class RopeLayout : uint8_t { NeoX, Interleaved };  // = basalt::RopeStyle
@@ -52,20 +52,40 @@ cudaError_t swiglu(const float* gate, const float* up, bf16_bits* out, int64_t n
 // out[i] = bf16(in[i]): e.g. K/V rows of a pass into the cache (out = cache + pos0*Hkv*D).
 cudaError_t convert_f32_bf16(const float* in, bf16_bits* out, int64_t n, cudaStream_t s);
 
+// y[i] += x[i] (f32).
+cudaError_t add_f32(float* y, const float* x, int64_t n, cudaStream_t s);
+// y[t, i] += b[i]   (y f32 [T, n], b f32 [n]).
+cudaError_t add_bias(float* y, const float* b, int64_t T, int64_t n, cudaStream_t s);
+// cos/sin f32 [T, half] of the angle float(pos[t]) * inv_freq[i] (f32 product, sincosf).
+cudaError_t rope_angles(const int32_t* pos, const float* inv_freq, int64_t T, int64_t half,
+                        float* cos, float* sin, cudaStream_t s);
+// Paged K/V write: cache row slots[t] (= block · block_size + pos % block_size) of k_cache and
+// v_cache [rows, row] bf16 gets bf16(k[t, :]) and bf16(v[t, :]) (k, v f32 [T, row]).
+cudaError_t kv_write(const float* k, const float* v, const int32_t* slots, int64_t T, int64_t row,
+                     bf16_bits* k_cache, bf16_bits* v_cache, cudaStream_t s);
+
 // --- matmul -------------------------------------------------------------------------------
 // y[T, N] = x[T, K] · W[N, K]ᵀ; x bf16, W bf16 row-major (nn.Linear), y f32. K % 8 == 0 and
-// 16-byte aligned x, W. Every y[t, n] is one chain of mma.sync.m16n8k16 (bf16 → f32) over the
-// k16 slices 0, 16, 32, ... of K in increasing order, starting from 0: no split-K, so the order
-// depends on K alone. All variants below compute exactly that chain; they differ in tiling.
+// 16-byte aligned x, W. Within a K segment (below), every y[t, n] is one chain of
+// mma.sync.m16n8k16 (bf16 → f32) over the segment's k16 slices in increasing order, starting
+// from 0; the order depends on K alone. All variants compute exactly that; they differ in tiling.
 enum class MatmulKernel : uint8_t {
-  Auto,           // T > 32: Tile128; else N <= 8192: Rows16x32Deep; else Rows16x32
+  Auto,           // T > 32: Tile128; else workspace or N > 8192: Rows16x32; else Rows16x32Deep
   Rows16x32,      // 16 rows (T padded) × 32 columns per block, 4 warps, k-stage 128: decode
   Rows16x16,      // 16 rows × 16 columns per block, 2 warps, k-stage 256: decode, more blocks
   Rows16x32Deep,  // as Rows16x32 with k-stage 256 and 6 stages: more bytes in flight per SM
   Tile128,        // 128 × 128 per block, 8 warps, k-stage 32, 4-stage cp.async: prefill
 };
+// Split-K fixed by K alone: segments of kMatmulKSeg (the last shorter); y = ((c_0 + c_1) + c_2)
+// + ... with c_s the chain over segment s. With a workspace of matmul_workspace_bytes(T, N, K)
+// (zero-filled before its first use; the kernels leave its counters at zero), the Rows variants
+// run the segments in separate blocks and add the partials in order; without one they fold in
+// registers, as Tile128 always does. Same bits either way.
+constexpr int64_t kMatmulKSeg = 1024;
+size_t matmul_workspace_bytes(int64_t T, int64_t N, int64_t K);
 cudaError_t matmul_bf16(const bf16_bits* x, int64_t T, const bf16_bits* w, int64_t N, int64_t K,
-                        float* y, cudaStream_t s, MatmulKernel kernel = MatmulKernel::Auto);
+                        float* y, cudaStream_t s, MatmulKernel kernel = MatmulKernel::Auto,
+                        void* workspace = nullptr, size_t workspace_bytes = 0);
 
 // --- attention ----------------------------------------------------------------------------
 // Causal GQA over the bf16 KV cache. Query row t (position pos0 + t) visits keys 0..pos0+t in
@@ -78,12 +98,24 @@ constexpr int kAttnChunk = 64;
 enum class AttnKernel : uint8_t { Auto, Fused, Split };
 struct AttnArgs {
   const float* q = nullptr;              // [T, H, D] f32 (after q-norm and RoPE)
-  const bf16_bits* k = nullptr;          // cache [P_cap, Hkv, D] bf16; rows 0 .. pos0+T-1 written
-  const bf16_bits* v = nullptr;          // cache [P_cap, Hkv, D] bf16
+  const bf16_bits* k = nullptr;          // cache [rows, Hkv, D] bf16; keys 0 .. pos(t) written
+  const bf16_bits* v = nullptr;          // cache [rows, Hkv, D] bf16
   bf16_bits* out = nullptr;              // [T, H, D] bf16
-  int64_t T = 0, H = 0, Hkv = 0, D = 0;  // D in {64, 128}
-  int64_t pos0 = 0;
+  int64_t T = 0, H = 0, Hkv = 0, D = 0;  // D in {32, 64, 128}
+  int64_t pos0 = 0;                      // row t's position is pos0 + t, unless `pos` is given
   float scale = 1.0f;
+  // Rows of several sequences (continuous batching): pos [T] (device) gives each row's
+  // position. Paged cache: key j of row t is cache row
+  //   tables[row_table[t] * table_stride + j / block_size] * block_size + j % block_size
+  // (tables, row_table on the device; block_size a multiple of kAttnChunk, so a chunk never
+  // straddles blocks). Without tables the cache is contiguous: key j is row j.
+  const int32_t* pos = nullptr;
+  const int32_t* tables = nullptr;
+  const int32_t* row_table = nullptr;
+  int64_t table_stride = 0, block_size = 0;
+  // The largest position in the pass (sizes the split grid; rows beyond their own chunks
+  // exit). -1: pos0 + T - 1. With `pos`, required.
+  int64_t max_pos = -1;
   float* workspace = nullptr;  // Split only: attention_workspace_bytes(T, H, D, pos0 + T)
   size_t workspace_bytes = 0;
 };

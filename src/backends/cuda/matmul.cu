@@ -7,6 +7,13 @@
 // do not depend on which rows share its tile or on T (tests/gpu checks this bitwise). K tails
 // are zero-filled in whole 8-element pieces (K % 8 == 0), identically in every variant.
 //
+// Split-K, fixed by K alone: K is cut into segments of kMatmulKSeg elements (the last shorter);
+// c_s is the chain above over segment s (starting from 0), and y = ((c_0 + c_1) + c_2) + ...
+// (f32 adds, segment order). Tile128 and workspace-less calls fold the segments in registers
+// as they go; with a workspace, the Rows variants give each (tile, segment) its own block (more
+// bytes in flight for decode) and the tile's last block to finish adds the stored partials in
+// segment order. Both are the same arithmetic, so the bits do not depend on the mode either.
+//
 // Tilings: the k-stage (BK) and the block shape only decide what sits in shared memory when;
 // they never change the chain. Rows16x* (T padded to 16 rows, zero-filled by cp.async without
 // touching memory) stream W for decode; Tile128 reuses tiles for prefill.
@@ -15,6 +22,20 @@
 #include "backends/cuda/kernels.h"
 
 namespace basalt::cuda {
+namespace {
+
+// Split-mode workspace: kMaxTiles arrival counters at a fixed place (so a call never finds
+// another call's partials where its counters are: they are always back at zero), then
+// [segments, T, N] f32 partials.
+constexpr int64_t kMaxTiles = 65536;
+size_t counter_bytes() { return size_t(kMaxTiles) * 4; }
+}  // namespace
+
+size_t matmul_workspace_bytes(int64_t T, int64_t N, int64_t K) {
+  const int64_t segs = (K + kMatmulKSeg - 1) / kMatmulKSeg;
+  return counter_bytes() + size_t(segs) * size_t(T) * size_t(N) * 4;
+}
+
 namespace {
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -68,7 +89,8 @@ struct MmCfg {
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES>
 __global__ void __launch_bounds__(MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>::kThreads)
     matmul_bf16_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
-                       float* __restrict__ y, int T, int N, int K) {
+                       float* __restrict__ y, int T, int N, int K, float* __restrict__ part,
+                       int* __restrict__ counters) {
   using C = MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* sa = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [STAGES][BM][kLds]
@@ -77,10 +99,16 @@ __global__ void __launch_bounds__(MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>::k
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int wm = (warp / WARPS_N) * C::kWm, wn = (warp % WARPS_N) * C::kWn;
-  const int KT = (K + BK - 1) / BK;
+  const int KT_all = (K + BK - 1) / BK;
+  constexpr int kSegTiles = int(kMatmulKSeg) / BK;
+  static_assert(int(kMatmulKSeg) % BK == 0);
+  // Split mode: this block runs segment blockIdx.z only.
+  const bool split = gridDim.z > 1;
+  const int kt0 = split ? int(blockIdx.z) * kSegTiles : 0;
+  const int KT = split ? min(KT_all - kt0, kSegTiles) : KT_all;
 
   auto load_stage = [&](int stage, int kt) {
-    const int k0 = kt * BK;
+    const int k0 = (kt0 + kt) * BK;
     constexpr int kChunksRow = BK / 8;
     __nv_bfloat16* da = sa + stage * BM * C::kLds;
     for (int c = threadIdx.x; c < BM * kChunksRow; c += C::kThreads) {
@@ -96,13 +124,21 @@ __global__ void __launch_bounds__(MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>::k
     }
   };
 
-  float acc[C::kMt][C::kNt][4];
+  constexpr bool kFoldInY = BM > 16;
+  float acc[C::kMt][C::kNt][4], tot[kFoldInY ? 1 : C::kMt][kFoldInY ? 1 : C::kNt][4];
 #pragma unroll
   for (int i = 0; i < C::kMt; ++i)
 #pragma unroll
     for (int j = 0; j < C::kNt; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+  if constexpr (!kFoldInY)
+#pragma unroll
+    for (int i = 0; i < C::kMt; ++i)
+#pragma unroll
+      for (int j = 0; j < C::kNt; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) tot[i][j][e] = 0.0f;
 
 #pragma unroll
   for (int st = 0; st < STAGES - 1; ++st) {
@@ -147,8 +183,72 @@ __global__ void __launch_bounds__(MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>::k
 #pragma unroll
         for (int j = 0; j < C::kNt; ++j) mma_bf16(acc[i][j], af[i], bfr[j][0], bfr[j][1]);
     }
+      // End of a segment (folding mode): tot = c_0, then tot = tot + c_s; acc restarts from 0.
+    // Large tiles keep tot in y itself (each thread its own elements): registers for a second
+    // 64-float array would halve their occupancy.
+    if (!split && ((kt + 1) % kSegTiles == 0 || kt + 1 == KT)) {
+      const bool first = kt < kSegTiles;
+#pragma unroll
+      for (int i = 0; i < C::kMt; ++i)
+#pragma unroll
+        for (int j = 0; j < C::kNt; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            if constexpr (kFoldInY) {
+              const int r = m0 + wm + i * 16 + (lane >> 2) + (e >> 1) * 8;
+              const int c = n0 + wn + j * 8 + (lane & 3) * 2 + (e & 1);
+              if (r < T && c < N) {
+                float* o = y + size_t(r) * N + c;
+                *o = first ? acc[i][j][e] : __fadd_rn(*o, acc[i][j][e]);
+              }
+            } else {
+              tot[i][j][e] = first ? acc[i][j][e] : __fadd_rn(tot[i][j][e], acc[i][j][e]);
+            }
+            acc[i][j][e] = 0.0f;
+          }
+    }
   }
   cp_async_wait<0>();
+
+  if (split) {  // store this segment's partial; the tile's last block adds them in order
+    float* p = part + size_t(blockIdx.z) * size_t(T) * N;
+#pragma unroll
+    for (int i = 0; i < C::kMt; ++i)
+#pragma unroll
+      for (int j = 0; j < C::kNt; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = m0 + wm + i * 16 + (lane >> 2) + (e >> 1) * 8;
+          const int c = n0 + wn + j * 8 + (lane & 3) * 2 + (e & 1);
+          if (r < T && c < N) p[size_t(r) * N + c] = acc[i][j][e];
+        }
+    __threadfence();
+    __syncthreads();
+    __shared__ int is_last;
+    const int tile = blockIdx.y * gridDim.x + blockIdx.x;
+    if (threadIdx.x == 0) is_last = atomicAdd(&counters[tile], 1) == int(gridDim.z) - 1;
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+#pragma unroll
+    for (int i = 0; i < C::kMt; ++i)
+#pragma unroll
+      for (int j = 0; j < C::kNt; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = m0 + wm + i * 16 + (lane >> 2) + (e >> 1) * 8;
+          const int c = n0 + wn + j * 8 + (lane & 3) * 2 + (e & 1);
+          if (r < T && c < N) {
+            const size_t o = size_t(r) * N + c;
+            float v = __ldcg(part + o);
+            for (int z = 1; z < int(gridDim.z); ++z)
+              v = __fadd_rn(v, __ldcg(part + size_t(z) * size_t(T) * N + o));
+            tot[i][j][e] = v;
+          }
+        }
+    if (threadIdx.x == 0) counters[tile] = 0;  // ready for the next call
+  }
+  if constexpr (kFoldInY) return;  // y already holds the folded sum
 
   // Accumulator layout: c0,c1 at (row lane/4, cols 2*(lane%4) + {0,1}); c2,c3 at row + 8.
 #pragma unroll
@@ -159,13 +259,13 @@ __global__ void __launch_bounds__(MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>::k
       for (int e = 0; e < 4; ++e) {
         const int r = m0 + wm + i * 16 + (lane >> 2) + (e >> 1) * 8;
         const int c = n0 + wn + j * 8 + (lane & 3) * 2 + (e & 1);
-        if (r < T && c < N) y[size_t(r) * N + c] = acc[i][j][e];
+        if (r < T && c < N) y[size_t(r) * N + c] = tot[i][j][e];
       }
 }
 
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES>
 cudaError_t launch(const bf16_bits* x, int T, const bf16_bits* w, int N, int K, float* y,
-                   cudaStream_t s) {
+                   cudaStream_t s, void* ws, size_t ws_bytes) {
   using C = MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>;
   auto* kern = matmul_bf16_kernel<BM, BN, BK, WARPS_M, WARPS_N, STAGES>;
   static bool attr_set = false;  // per instantiation; idempotent, so a race is harmless
@@ -175,36 +275,52 @@ cudaError_t launch(const bf16_bits* x, int T, const bf16_bits* w, int N, int K, 
     if (e != cudaSuccess) return e;
     attr_set = true;
   }
-  const dim3 grid(unsigned((N + BN - 1) / BN), unsigned((T + BM - 1) / BM));
+  const int segs = int((K + kMatmulKSeg - 1) / kMatmulKSeg);
+  const int64_t tiles = int64_t((N + BN - 1) / BN) * ((T + BM - 1) / BM);
+  const bool split = BM == 16 && segs > 1 && tiles <= kMaxTiles && ws &&
+                     ws_bytes >= matmul_workspace_bytes(T, N, K);
+  const dim3 grid(unsigned((N + BN - 1) / BN), unsigned((T + BM - 1) / BM),
+                  unsigned(split ? segs : 1));
+  int* counters = static_cast<int*>(ws);
+  float* part =
+      split ? reinterpret_cast<float*>(static_cast<char*>(ws) + counter_bytes()) : nullptr;
   kern<<<grid, C::kThreads, C::kSmem, s>>>(reinterpret_cast<const __nv_bfloat16*>(x),
-                                           reinterpret_cast<const __nv_bfloat16*>(w), y, T, N, K);
+                                           reinterpret_cast<const __nv_bfloat16*>(w), y, T, N, K,
+                                           part, counters);
   return cudaGetLastError();
 }
 
 }  // namespace
 
 cudaError_t matmul_bf16(const bf16_bits* x, int64_t T, const bf16_bits* w, int64_t N, int64_t K,
-                        float* y, cudaStream_t s, MatmulKernel kernel) {
+                        float* y, cudaStream_t s, MatmulKernel kernel, void* workspace,
+                        size_t workspace_bytes) {
   if (T < 0 || N <= 0 || K <= 0 || K % 8 || T > 0x7fffffff || N > 0x7fffffff || K > 0x7fffffff ||
       (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16)
     return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
-  // A tiling choice only: every variant gives the same bits (tests/gpu). Measured on the H200
-  // (docs/cuda.md): the deep pipeline wins when N/32 blocks leave SMs with one block each.
-  if (kernel == MatmulKernel::Auto)
-    kernel = T > 32      ? MatmulKernel::Tile128
-             : N <= 8192 ? MatmulKernel::Rows16x32Deep
-                         : MatmulKernel::Rows16x32;
+  // A tiling choice only: every variant gives the same bits (tests/gpu). Measured on the H200 (docs/cuda.md): split-K pays where N / 32 blocks leave SMs idle;
+  // without it the deep pipeline does best there.
+  if (kernel == MatmulKernel::Auto) {
+    if (N > 8192) workspace = nullptr, workspace_bytes = 0;
+    const bool ws_ok = workspace && workspace_bytes >= matmul_workspace_bytes(T, N, K);
+    kernel = T > 32                ? MatmulKernel::Tile128
+             : ws_ok || N > 8192   ? MatmulKernel::Rows16x32
+                                   : MatmulKernel::Rows16x32Deep;
+  }
   switch (kernel) {
     case MatmulKernel::Rows16x16:
-      return launch<16, 16, 256, 1, 2, 4>(x, int(T), w, int(N), int(K), y, s);
+      return launch<16, 16, 256, 1, 2, 4>(x, int(T), w, int(N), int(K), y, s, workspace,
+                                          workspace_bytes);
     case MatmulKernel::Rows16x32Deep:
-      return launch<16, 32, 256, 1, 4, 6>(x, int(T), w, int(N), int(K), y, s);
+      return launch<16, 32, 256, 1, 4, 6>(x, int(T), w, int(N), int(K), y, s, workspace,
+                                          workspace_bytes);
     case MatmulKernel::Tile128:
-      return launch<128, 128, 32, 2, 4, 4>(x, int(T), w, int(N), int(K), y, s);
+      return launch<128, 128, 32, 2, 4, 4>(x, int(T), w, int(N), int(K), y, s, nullptr, 0);
     case MatmulKernel::Rows16x32:
     default:
-      return launch<16, 32, 128, 1, 4, 4>(x, int(T), w, int(N), int(K), y, s);
+      return launch<16, 32, 128, 1, 4, 4>(x, int(T), w, int(N), int(K), y, s, workspace,
+                                          workspace_bytes);
   }
 }
 

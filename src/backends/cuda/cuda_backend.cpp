@@ -1,0 +1,446 @@
+// CudaBackend: device memory, resident weights, pass metadata and CUDA graphs around the kernels.
+#include "backends/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <unordered_map>
+#include <vector>
+
+#include "backends/cuda/cuda_device.h"
+#include "backends/cuda/kernels.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace basalt::cuda {
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("[cuda] {}: {}", what, cudaGetErrorString(e));
+}
+
+uint64_t pow2_at_least(uint64_t v) {
+  uint64_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const CudaOptions& opt) : opt_(opt) {
+    const auto devs = cuda_devices();
+    if (devs.empty()) fail("[cuda] no CUDA device is visible");
+    if (opt.device < 0 || opt.device >= int(devs.size()))
+      fail("[cuda] device {} does not exist ({} visible)", opt.device, devs.size());
+    const DeviceInfo& d = devs[size_t(opt.device)];
+    if (d.cc_major != 9)
+      fail(
+          "[cuda] device {} ({}) has compute capability {}.{}; basalt's kernels are built for "
+          "sm_90a (Hopper) only",
+          opt.device, d.name, d.cc_major, d.cc_minor);
+    name_ = fmt::format("cuda:{} ({}, {} SMs)", opt.device, d.name, d.sm_count);
+    check(cudaSetDevice(opt.device), "cudaSetDevice");
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    clear_graphs();
+    for (auto& [p, n] : sizes_) cudaFree(p);
+    if (pinned_) cudaFreeHost(pinned_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return name_; }
+  bool supports_weight(DType t) const override {
+    return t == DType::BF16 || t == DType::F16 || t == DType::F32;
+  }
+  bool supports_head_dim(int64_t D) const override { return D == 32 || D == 64 || D == 128; }
+
+  // --- memory ------------------------------------------------------------------------------
+  void* alloc(size_t bytes) override {
+    void* p = nullptr;
+    const size_t n = std::max<size_t>(bytes, 1);
+    const cudaError_t e = cudaMalloc(&p, n);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      size_t free_b = 0, total = 0;
+      cudaMemGetInfo(&free_b, &total);
+      fail("[cuda] out of device memory allocating {:.1f} MiB ({:.1f} MiB free of {:.1f})",
+           double(bytes) / (1 << 20), double(free_b) / (1 << 20), double(total) / (1 << 20));
+    }
+    check(cudaMemsetAsync(p, 0, n, stream_), "cudaMemset");
+    sizes_[p] = n;
+    live_ += n;
+    peak_ = std::max(peak_, live_);
+    return p;
+  }
+  void dealloc(void* p) override {
+    if (!p) return;
+    auto it = sizes_.find(p);
+    if (it == sizes_.end()) fail("[cuda] dealloc of memory it did not allocate");
+    check(cudaStreamSynchronize(stream_), "sync before free");
+    clear_graphs();  // a recording may point at this memory
+    ++mem_generation_;
+    live_ -= it->second;
+    sizes_.erase(it);
+    check(cudaFree(p), "cudaFree");
+  }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
+    check(cudaStreamSynchronize(stream_), "upload");
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "download");
+    check(cudaStreamSynchronize(stream_), "download");
+  }
+  bool host_memory() const override { return false; }
+  DType act_dtype() const override { return DType::BF16; }
+  DType kv_dtype() const override { return DType::BF16; }
+  int64_t kv_block_multiple() const override { return kAttnChunk; }
+  size_t peak_bytes() const override { return peak_; }
+
+  WeightRef prepare_weight(const WeightRef& w) override {
+    if (!supports_weight(w.dtype))
+      fail("[cuda] cannot run {} weights (bf16, f16 and f32 checkpoints only)",
+           dtype_name(w.dtype));
+    if (w.cols % 8)
+      fail("[cuda] a [{}, {}] weight: the matmul kernels need K % 8 == 0", w.rows, w.cols);
+    const int64_t n = w.rows * w.cols;
+    std::vector<uint16_t> conv;
+    const void* src = w.data;
+    if (w.dtype != DType::BF16) {
+      if (!warned_convert_) {
+        spdlog::info("[cuda] rounding {} weights to bf16 at upload", dtype_name(w.dtype));
+        warned_convert_ = true;
+      }
+      conv.resize(size_t(n));
+      for (int64_t i = 0; i < n; ++i)
+        conv[size_t(i)] = f32_to_bf16(float(dtype_read_f64(w.dtype, w.data, i)));
+      src = conv.data();
+    }
+    void* d = alloc(size_t(n) * 2);
+    upload(d, src, size_t(n) * 2);
+    return WeightRef{DType::BF16, w.rows, w.cols, d};
+  }
+  const float* prepare_vector(const float* data, int64_t n) override {
+    void* d = alloc(size_t(n) * 4);
+    upload(d, data, size_t(n) * 4);
+    return static_cast<const float*>(d);
+  }
+
+  // --- passes ------------------------------------------------------------------------------
+  // Packs ids, positions, cache slots, row → table and the block tables (one row per distinct
+  // sequence, `stride_` wide) into pinned memory and copies them to the device in one transfer.
+  void begin_pass(const PassRows& r) override {
+    T_ = r.T;
+    block_size_ = r.block_size;
+    std::vector<const int32_t*> seqs;
+    int64_t max_blocks = 1, max_pos = 0;
+    row_table_h_.resize(size_t(r.T));
+    for (int64_t t = 0; t < r.T; ++t) {
+      auto it = std::find(seqs.begin(), seqs.end(), r.tables[t]);
+      if (it == seqs.end()) {
+        seqs.push_back(r.tables[t]);
+        it = seqs.end() - 1;
+        max_blocks = std::max(max_blocks, r.table_sizes[t]);
+      }
+      row_table_h_[size_t(t)] = int32_t(it - seqs.begin());
+      max_pos = std::max(max_pos, r.pos[t]);
+    }
+    stride_ = int64_t(pow2_at_least(uint64_t(max_blocks)));
+    // Bucketed so a recorded pass serves every context up to the bucket.
+    max_pos_ = int64_t(pow2_at_least(uint64_t(max_pos / kAttnChunk + 1))) * kAttnChunk - 1;
+    const size_t n = size_t(4 * r.T) + seqs.size() * size_t(stride_);
+    if (n > meta_cap_) {
+      if (pinned_) check(cudaFreeHost(pinned_), "cudaFreeHost");
+      if (meta_) dealloc(meta_);
+      meta_cap_ = std::max(n, meta_cap_ * 2);
+      check(cudaMallocHost(reinterpret_cast<void**>(&pinned_), meta_cap_ * 4), "cudaMallocHost");
+      meta_ = static_cast<int32_t*>(alloc(meta_cap_ * 4));
+    }
+    int32_t* h = pinned_;
+    for (int64_t t = 0; t < r.T; ++t) {
+      const int64_t p = r.pos[t];
+      h[t] = r.ids[t];
+      h[r.T + t] = int32_t(p);
+      h[2 * r.T + t] =
+          int32_t(int64_t(r.tables[t][p / r.block_size]) * r.block_size + p % r.block_size);
+      h[3 * r.T + t] = row_table_h_[size_t(t)];
+    }
+    int32_t* tb = h + 4 * r.T;
+    std::fill(tb, tb + seqs.size() * size_t(stride_), 0);
+    for (int64_t t = 0; t < r.T; ++t) {
+      int32_t* row = tb + int64_t(row_table_h_[size_t(t)]) * stride_;
+      std::copy_n(r.tables[t], r.table_sizes[t], row);
+    }
+    check(cudaMemcpyAsync(meta_, pinned_, n * 4, cudaMemcpyHostToDevice, stream_), "pass rows");
+    d_ids_ = meta_;
+    d_pos_ = meta_ + r.T;
+    d_slots_ = meta_ + 2 * r.T;
+    d_row_table_ = meta_ + 3 * r.T;
+    d_tables_ = meta_ + 4 * r.T;
+  }
+
+  void run(uint64_t key, const std::function<void()>& program) override {
+    if (!opt_.graphs || T_ > opt_.graph_max_rows) {
+      program();
+      return;
+    }
+    uint64_t k = key;
+    for (uint64_t v : {uint64_t(T_), uint64_t(stride_), uint64_t(max_pos_), mem_generation_,
+                       uint64_t(block_size_)})
+      k = (k ^ v) * 0x100000001b3ull;
+    auto it = graphs_.find(k);
+    if (it != graphs_.end() && it->second.exec) {
+      check(cudaGraphLaunch(it->second.exec, stream_), "cudaGraphLaunch");
+      return;
+    }
+    if (it == graphs_.end()) {  // first sight: run eagerly (buffers settle), record next time
+      graphs_[k] = Graph{};
+      program();
+      return;
+    }
+    if (graphs_.size() > 256) clear_graphs();
+    cudaGraph_t g = nullptr;
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin capture");
+    try {
+      program();
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &g);
+      if (g) cudaGraphDestroy(g);
+      throw;
+    }
+    check(cudaStreamEndCapture(stream_, &g), "end capture");
+    cudaGraphExec_t exec = nullptr;
+    check(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
+    cudaGraphDestroy(g);
+    graphs_[k].exec = exec;
+    check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
+  }
+
+  // --- ops ---------------------------------------------------------------------------------
+  // Decode-sized passes run split-K with a workspace (more blocks in flight); it grows outside
+  // recordings only (inside one, the kernel folds in registers: the same bits).
+  void matmul(const void* x, int64_t T, const WeightRef& w, float* y) override {
+    void* ws = nullptr;
+    size_t ws_bytes = 0;
+    if (T <= 32 && w.cols > kMatmulKSeg) {
+      const size_t need = matmul_workspace_bytes(T, w.rows, w.cols);
+      if (need > mm_ws_bytes_ && !capturing()) {
+        if (mm_ws_) dealloc(mm_ws_);
+        mm_ws_bytes_ = std::max(need, mm_ws_bytes_ * 2);
+        mm_ws_ = alloc(mm_ws_bytes_);
+      }
+      if (need <= mm_ws_bytes_) ws = mm_ws_, ws_bytes = mm_ws_bytes_;
+    }
+    check(matmul_bf16(static_cast<const bf16_bits*>(x), T, static_cast<const bf16_bits*>(w.data),
+                      w.rows, w.cols, y, stream_, MatmulKernel::Auto, ws, ws_bytes),
+          "matmul");
+  }
+  void rmsnorm(const float* x, const float* w, void* y, int64_t rows, int64_t n,
+               float eps) override {
+    check(rmsnorm_residual(const_cast<float*>(x), nullptr, w, static_cast<bf16_bits*>(y), rows, n,
+                           eps, stream_),
+          "rmsnorm");
+  }
+  void add_rmsnorm(float* x, const float* delta, const float* w, void* y, int64_t rows, int64_t n,
+                   float eps) override {
+    check(rmsnorm_residual(x, delta, w, static_cast<bf16_bits*>(y), rows, n, eps, stream_),
+          "add_rmsnorm");
+  }
+  void head_rmsnorm(float* x, const float* w, int64_t rows, int64_t n, float eps) override {
+    check(cuda::head_rmsnorm(x, w, rows, n, eps, stream_), "head_rmsnorm");
+  }
+  void embedding(const WeightRef& table, float* out) override {
+    check(cuda::embedding(static_cast<const bf16_bits*>(table.data), table.rows, table.cols, d_ids_,
+                          T_, out, stream_),
+          "embedding");
+  }
+  void rope_angles(const float* inv_freq, int64_t half, float* cos, float* sin) override {
+    check(cuda::rope_angles(d_pos_, inv_freq, T_, half, cos, sin, stream_), "rope_angles");
+  }
+  void rope(float* x, int64_t T, int64_t heads, int64_t D, int64_t rot, const float* cos,
+            const float* sin, RopeStyle style) override {
+    check(
+        cuda::rope(x, T, heads, D, rot, cos, sin,
+                   style == RopeStyle::NeoX ? RopeLayout::NeoX : RopeLayout::Interleaved, stream_),
+        "rope");
+  }
+  void add_bias(float* y, const float* b, int64_t T, int64_t n) override {
+    check(cuda::add_bias(y, b, T, n, stream_), "add_bias");
+  }
+  void kv_write(const float* k, const float* v, void* k_cache, void* v_cache,
+                int64_t row) override {
+    check(cuda::kv_write(k, v, d_slots_, T_, row, static_cast<bf16_bits*>(k_cache),
+                         static_cast<bf16_bits*>(v_cache), stream_),
+          "kv_write");
+  }
+  void attention(const AttentionArgs& a) override {
+    AttnArgs c;
+    c.q = a.q;
+    c.k = static_cast<const bf16_bits*>(a.k);
+    c.v = static_cast<const bf16_bits*>(a.v);
+    c.out = static_cast<bf16_bits*>(a.out);
+    c.T = a.T, c.H = a.H, c.Hkv = a.Hkv, c.D = a.D;
+    c.scale = a.scale;
+    c.pos = d_pos_;
+    c.tables = d_tables_;
+    c.row_table = d_row_table_;
+    c.table_stride = stride_;
+    c.block_size = a.block_size;
+    c.max_pos = max_pos_;
+    const size_t ws = attention_workspace_bytes(a.T, a.H, a.D, max_pos_ + 1);
+    if (ws > ws_bytes_) {
+      if (capturing()) fail("[cuda] attention workspace must grow during a recording");
+      if (ws_) dealloc(ws_);
+      ws_bytes_ = std::max(ws, ws_bytes_ * 2);
+      ws_ = static_cast<float*>(alloc(ws_bytes_));
+    }
+    c.workspace = ws_;
+    c.workspace_bytes = ws_bytes_;
+    check(cuda::attention(c, stream_), "attention");
+  }
+  void swiglu(const float* gate, const float* up, void* out, int64_t n) override {
+    check(cuda::swiglu(gate, up, static_cast<bf16_bits*>(out), n, stream_), "swiglu");
+  }
+  void add(float* y, const float* x, int64_t n) override {
+    check(add_f32(y, x, n, stream_), "add");
+  }
+
+ private:
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+  };
+  bool capturing() {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    check(cudaStreamIsCapturing(stream_, &st), "capture status");
+    return st != cudaStreamCaptureStatusNone;
+  }
+  void clear_graphs() {
+    for (auto& [k, g] : graphs_)
+      if (g.exec) cudaGraphExecDestroy(g.exec);
+    graphs_.clear();
+  }
+
+  CudaOptions opt_;
+  std::string name_;
+  cudaStream_t stream_ = nullptr;
+  std::unordered_map<void*, size_t> sizes_;
+  size_t live_ = 0, peak_ = 0;
+  uint64_t mem_generation_ = 0;
+  bool warned_convert_ = false;
+  // The current pass.
+  int64_t T_ = 0, stride_ = 1, max_pos_ = 0, block_size_ = 0;
+  std::vector<int32_t> row_table_h_;
+  int32_t* pinned_ = nullptr;
+  int32_t* meta_ = nullptr;
+  size_t meta_cap_ = 0;
+  const int32_t *d_ids_ = nullptr, *d_pos_ = nullptr, *d_slots_ = nullptr, *d_row_table_ = nullptr,
+                *d_tables_ = nullptr;
+  float* ws_ = nullptr;
+  size_t ws_bytes_ = 0;
+  void* mm_ws_ = nullptr;
+  size_t mm_ws_bytes_ = 0;
+  std::unordered_map<uint64_t, Graph> graphs_;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& opt) {
+  return std::make_unique<CudaBackend>(opt);
+}
+
+double measure_copy_bandwidth(int device) {
+  check(cudaSetDevice(device), "cudaSetDevice");
+  const size_t n = size_t(1) << 30;
+  void *a = nullptr, *b = nullptr;
+  check(cudaMalloc(&a, n), "cudaMalloc");
+  check(cudaMalloc(&b, n), "cudaMalloc");
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<double> t;
+  for (int r = 0; r < 11; ++r) {
+    cudaEventRecord(e0);
+    check(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice), "copy");
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (r) t.push_back(ms * 1e-3);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * double(n) / median(t);
+}
+
+// cuBLAS through dlopen: the bench's roofline probe needs no link-time dependency.
+double measure_cublas_gemm(int64_t M, int64_t N, int64_t K, int device) {
+  void* lib = nullptr;
+  for (const char* so : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"})
+    if ((lib = dlopen(so, RTLD_NOW | RTLD_LOCAL))) break;
+  if (!lib) return 0.0;
+  using Create = int (*)(void**);
+  using Destroy = int (*)(void*);
+  // cublasGemmEx(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C,
+  //              Ctype, ldc, computeType, algo)
+  using GemmEx = int (*)(void*, int, int, int, int, int, const void*, const void*, int, int,
+                         const void*, int, int, const void*, void*, int, int, int, int);
+  auto create = reinterpret_cast<Create>(dlsym(lib, "cublasCreate_v2"));
+  auto destroy = reinterpret_cast<Destroy>(dlsym(lib, "cublasDestroy_v2"));
+  auto gemm = reinterpret_cast<GemmEx>(dlsym(lib, "cublasGemmEx"));
+  if (!create || !destroy || !gemm) return 0.0;
+  check(cudaSetDevice(device), "cudaSetDevice");
+  void* h = nullptr;
+  if (create(&h) != 0) return 0.0;
+  void *A = nullptr, *B = nullptr, *C = nullptr;
+  check(cudaMalloc(&A, size_t(M * K) * 2), "cudaMalloc");
+  check(cudaMalloc(&B, size_t(N * K) * 2), "cudaMalloc");
+  check(cudaMalloc(&C, size_t(M * N) * 4), "cudaMalloc");
+  cudaMemset(A, 0x3c, size_t(M * K) * 2);  // ~1.0 in bf16: finite, non-zero
+  cudaMemset(B, 0x3c, size_t(N * K) * 2);
+  const float alpha = 1.0f, beta = 0.0f;
+  constexpr int kOpT = 1, kOpN = 0, kBF16 = 14, kF32 = 0, kComputeF32 = 68, kDefault = -1;
+  // Row-major y[M, N] = x[M, K] · W[N, K]ᵀ  ==  column-major yᵀ = W · xᵀ.
+  auto once = [&] {
+    return gemm(h, kOpT, kOpN, int(N), int(M), int(K), &alpha, B, kBF16, int(K), A, kBF16, int(K),
+                &beta, C, kF32, int(N), kComputeF32, kDefault);
+  };
+  double rate = 0.0;
+  if (once() == 0) {
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    std::vector<double> t;
+    for (int r = 0; r < 11; ++r) {
+      cudaEventRecord(e0);
+      once();
+      cudaEventRecord(e1);
+      cudaEventSynchronize(e1);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      if (r) t.push_back(ms * 1e-3);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    rate = 2.0 * double(M) * double(N) * double(K) / median(t);
+  }
+  destroy(h);
+  cudaFree(A);
+  cudaFree(B);
+  cudaFree(C);
+  return rate;
+}
+
+}  // namespace basalt::cuda

@@ -1,0 +1,30 @@
+// The CUDA backend (Hopper, sm_90a): ops/backend.h on device memory, running the kernels of
+// kernels.h on one stream. Weights are uploaded once as bf16 (F32/F16 checkpoints are rounded to
+// bf16 at upload); activations that feed matmuls and the KV cache are bf16; the residual stream
+// and matmul outputs f32. Passes of up to `graph_max_rows` rows are recorded as CUDA graphs the
+// second time their key is seen and replayed after that.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "ops/backend.h"
+
+namespace basalt::cuda {
+
+struct CudaOptions {
+  int device = 0;
+  bool graphs = true;
+  int64_t graph_max_rows = 64;
+};
+
+// Throws basalt::Error when no usable device (sm_90) is present.
+std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& opt = {});
+
+// Rooflines for `basalt bench`, measured on `device`:
+// bytes read + written per second by a 1 GiB device-to-device copy (median of 10);
+double measure_copy_bandwidth(int device = 0);
+// FLOP/s of cuBLAS bf16 GEMM (f32 accumulate) at M×N×K (median of 10), loaded with dlopen;
+// 0 when libcublas cannot be loaded.
+double measure_cublas_gemm(int64_t M, int64_t N, int64_t K, int device = 0);
+
+}  // namespace basalt::cuda
