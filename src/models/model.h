@@ -11,6 +11,7 @@
 
 #include "io/checkpoint.h"
 #include "kv/kv_pool.h"
+#include "memory/planner.h"
 #include "ops/backend.h"
 
 namespace basalt {
@@ -62,8 +63,8 @@ class Model {
   const io::Checkpoint& checkpoint() const { return ckpt_; }
   int64_t param_count() const;
   // Bytes one decode step must read: every weight matrix once, one embedding row, and the K/V
-  // of `context` positions (f32). The numerator of the bandwidth roofline.
-  int64_t decode_bytes(int64_t context) const;
+  // of `context` positions (`kv_elem_bytes` per value). The numerator of the bandwidth roofline.
+  int64_t decode_bytes(int64_t context, size_t kv_elem_bytes = 4) const;
   // Floating-point operations of one token at position `context` (matmuls + attention).
   double token_flops(int64_t context) const;
   std::string weight_dtypes() const;  // e.g. "BF16 (matrices), F32 (norms)"
@@ -87,9 +88,12 @@ class Model {
   std::unique_ptr<KvPool> new_kv_pool(Backend& be, int64_t tokens, int64_t block_size = 16) const;
   // Makes the weights resident in the backend's memory (forward does it on first use).
   void bind(Backend& be);
-  // Bytes of the scratch arena one pass of T rows uses on `be` (after forward ran with T rows:
-  // the arena grows to the largest T seen).
+  // Bytes of the scratch arena of the largest pass run so far (forward grows it on demand).
   size_t scratch_bytes() const { return scratch_bytes_; }
+  // The intermediates of one pass of T rows (`rows` needing logits) on `be`, as a program for
+  // the scratch planner, and its plan described (peak, lower bound, naive sum, offsets).
+  memory::Program scratch_program(const Backend& be, int64_t T, int64_t rows) const;
+  std::string scratch_report(const Backend& be, int64_t T, int64_t rows) const;
   // Load-time capability check: throws, naming the tensor, if the backend cannot run one of
   // this model's weights (ARCHITECTURE.md: fail at load, never mid-request).
   void check_backend(const Backend& be) const;

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "memory/planner.h"
 #include "models/model.h"
 
 namespace basalt {
@@ -58,16 +59,18 @@ int64_t Model::param_count() const {
 }
 
 namespace {
-int64_t weight_bytes(const WeightRef& w) { return int64_t(dtype_bytes(w.dtype, w.rows * w.cols)); }
+int64_t weight_bytes(const WeightRef& w) {
+  return int64_t(dtype_bytes(w.dtype, w.rows * w.cols));
+}
 }  // namespace
 
-int64_t Model::decode_bytes(int64_t context) const {
+int64_t Model::decode_bytes(int64_t context, size_t kv_elem_bytes) const {
   const ModelConfig& c = cfg_;
   int64_t b = weight_bytes(w_.lm_head) + weight_bytes(w_.embed) / c.vocab;
   for (const LayerWeights& L : w_.layers)
     for (const WeightRef* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
       b += weight_bytes(*w);
-  return b + 2 * c.n_layers * context * c.n_kv_heads * c.head_dim * int64_t(sizeof(float));
+  return b + 2 * c.n_layers * context * c.n_kv_heads * c.head_dim * int64_t(kv_elem_bytes);
 }
 
 double Model::token_flops(int64_t context) const {
@@ -101,6 +104,8 @@ std::unique_ptr<KvPool> Model::new_kv_pool(Backend& be, int64_t tokens, int64_t 
 }
 
 void Model::check_backend(const Backend& be) const {
+  if (!be.supports_head_dim(cfg_.head_dim))
+    fail("[model] backend '{}' cannot run attention with head_dim {}", be.name(), cfg_.head_dim);
   auto check = [&](const WeightRef& w, const std::string& what) {
     if (!be.supports_weight(w.dtype))
       fail("[model] backend '{}' cannot run {} weights ({})", be.name(), dtype_name(w.dtype), what);
@@ -122,7 +127,8 @@ void Model::bind(Backend& be) {
     return v.empty() ? nullptr : be.prepare_vector(v.data(), int64_t(v.size()));
   };
   b.embed = be.prepare_weight(w_.embed);
-  b.lm_head = be.prepare_weight(w_.lm_head);
+  // A tied head is the embedding: one resident copy.
+  b.lm_head = w_.lm_head.data == w_.embed.data ? b.embed : be.prepare_weight(w_.lm_head);
   b.out_norm = vec(w_.out_norm);
   b.inv_freq = vec(inv_freq_);
   for (const LayerWeights& L : w_.layers) {
@@ -140,7 +146,54 @@ void Model::bind(Backend& be) {
   bound_ = std::move(b);
 }
 
-// One arena for the pass's intermediates (sizes for T rows and `rows` logit rows).
+// The intermediates of one pass of T rows (`rows` of them needing logits) as a program for the
+// scratch planner (src/memory): op indices follow Model::forward. Buffers that carry values
+// from one layer to the next (the residual stream x, the projection output o, the normed input
+// xn, the rotary tables) live for the whole pass; q/k/v/att die before the MLP's gate/up/act
+// are born, so they share bytes. Nothing here grows with the context.
+memory::Program Model::scratch_program(const Backend& be, int64_t T, int64_t rows) const {
+  const ModelConfig& c = cfg_;
+  const int64_t E = c.hidden, HD = c.n_heads * c.head_dim, KD = c.n_kv_heads * c.head_dim,
+                F = c.intermediate, half = c.rope.dim / 2;
+  const size_t act = dtype_bytes(be.act_dtype(), 1), f32 = 4;
+  auto n = [](int64_t a, int64_t b, size_t bytes) { return size_t(a * b) * bytes; };
+  memory::Program p;
+  p.op();  // 0 embedding
+  const int x = p.value("x", n(T, E, f32)), o = p.value("o", n(T, E, f32));
+  p.op();  // 1 rope angles
+  const int cs = p.value("cos", n(T, half, f32)), sn = p.value("sin", n(T, half, f32));
+  p.op();  // 2 attention norm
+  const int xn = p.value("xn", n(std::max(T, rows), E, act));
+  p.op();  // 3 q/k/v projections
+  const int q = p.value("q", n(T, HD, f32)), k = p.value("k", n(T, KD, f32)),
+            v = p.value("v", n(T, KD, f32));
+  p.op();  // 4 q/k norm, rope
+  p.op();  // 5 K/V into the cache
+  p.use(k), p.use(v);
+  p.op();  // 6 attention
+  p.use(q);
+  const int att = p.value("att", n(T, HD, act));
+  p.op();  // 7 output projection
+  p.use(att);
+  p.op();  // 8 residual add + MLP norm
+  p.op();  // 9 gate/up projections
+  const int gate = p.value("gate", n(T, F, f32)), up = p.value("up", n(T, F, f32));
+  p.op();  // 10 swiglu
+  p.use(gate), p.use(up);
+  const int a = p.value("act", n(T, F, act));
+  p.op();  // 11 down projection
+  p.use(a);
+  p.op();  // 12 final norm, LM head
+  if (!be.host_memory()) p.value("logits", n(rows, c.vocab, f32));
+  for (int id : {x, o, cs, sn, xn}) p.use(id);
+  return p;
+}
+
+std::string Model::scratch_report(const Backend& be, int64_t T, int64_t rows) const {
+  const memory::Program p = scratch_program(be, T, rows);
+  return memory::describe(p.values(), memory::plan(p.values()));
+}
+
 void Model::ensure_scratch(Backend& be, int64_t T, int64_t rows) {
   Scratch& s = scratch_;
   if (s.backend == be.id() && T <= s.T && rows <= s.rows) return;
@@ -148,36 +201,33 @@ void Model::ensure_scratch(Backend& be, int64_t T, int64_t rows) {
     T = std::max(T, s.T), rows = std::max(rows, s.rows);
     be.dealloc(s.arena);
   }
-  const ModelConfig& c = cfg_;
-  const int64_t E = c.hidden, HD = c.n_heads * c.head_dim, KD = c.n_kv_heads * c.head_dim,
-                F = c.intermediate, half = c.rope.dim / 2;
-  const size_t act = dtype_bytes(be.act_dtype(), 1);
-  size_t off = 0;
-  std::vector<std::pair<void**, size_t>> parts;
-  auto part = [&](void** p, size_t bytes) {
-    parts.emplace_back(p, off);
-    off += (bytes + 255) / 256 * 256;
-  };
-  part(reinterpret_cast<void**>(&s.x), size_t(T * E) * 4);
-  part(&s.xn, size_t(T * E) * act);
-  part(reinterpret_cast<void**>(&s.q), size_t(T * HD) * 4);
-  part(reinterpret_cast<void**>(&s.k), size_t(T * KD) * 4);
-  part(reinterpret_cast<void**>(&s.v), size_t(T * KD) * 4);
-  part(&s.att, size_t(T * HD) * act);
-  part(reinterpret_cast<void**>(&s.o), size_t(T * E) * 4);
-  part(reinterpret_cast<void**>(&s.gate), size_t(T * F) * 4);
-  part(reinterpret_cast<void**>(&s.up), size_t(T * F) * 4);
-  part(&s.act, size_t(T * F) * act);
-  part(reinterpret_cast<void**>(&s.cos), size_t(T * half) * 4);
-  part(reinterpret_cast<void**>(&s.sin), size_t(T * half) * 4);
-  if (!be.host_memory()) part(reinterpret_cast<void**>(&s.logits), size_t(rows * c.vocab) * 4);
-  s.arena = be.alloc(off);
-  for (auto& [p, o] : parts) *p = static_cast<char*>(s.arena) + o;
+  const memory::Program prog = scratch_program(be, T, rows);
+  const memory::Plan plan = memory::plan(prog.values());
+  s.arena = be.alloc(plan.peak);
+  s.logits = nullptr;
+  for (size_t i = 0; i < prog.values().size(); ++i) {
+    void* ptr = static_cast<char*>(s.arena) + plan.offsets[i];
+    const std::string& name = prog.values()[i].name;
+    void** slot = name == "x"      ? reinterpret_cast<void**>(&s.x)
+                  : name == "o"    ? reinterpret_cast<void**>(&s.o)
+                  : name == "cos"  ? reinterpret_cast<void**>(&s.cos)
+                  : name == "sin"  ? reinterpret_cast<void**>(&s.sin)
+                  : name == "xn"   ? &s.xn
+                  : name == "q"    ? reinterpret_cast<void**>(&s.q)
+                  : name == "k"    ? reinterpret_cast<void**>(&s.k)
+                  : name == "v"    ? reinterpret_cast<void**>(&s.v)
+                  : name == "att"  ? &s.att
+                  : name == "gate" ? reinterpret_cast<void**>(&s.gate)
+                  : name == "up"   ? reinterpret_cast<void**>(&s.up)
+                  : name == "act"  ? &s.act
+                                   : reinterpret_cast<void**>(&s.logits);
+    *slot = ptr;
+  }
   s.be = &be;
   s.backend = be.id();
   s.T = T, s.rows = rows;
   ++s.generation;
-  scratch_bytes_ = off;
+  scratch_bytes_ = plan.peak;
 }
 
 void Model::forward(Backend& be, KvPool& pool, KvSequence& seq, std::span<const int32_t> tokens,
