@@ -39,7 +39,9 @@ KvPool::~KvPool() {
   for (void* p : v_) storage_.free(p);
 }
 
-size_t KvPool::bytes() const { return 2 * k_.size() * layer_bytes_; }
+size_t KvPool::bytes() const {
+  return 2 * k_.size() * layer_bytes_;
+}
 
 uint64_t KvPool::hash_block(uint64_t parent, std::span<const int32_t> tokens) {
   uint64_t h = parent ^ 0x9e3779b97f4a7c15ull;

@@ -39,7 +39,9 @@ void HostBackend::dealloc(void* p) {
   std::free(p);
 }
 
-void HostBackend::upload(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+void HostBackend::upload(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
 void HostBackend::download(void* dst, const void* src, size_t bytes) {
   std::memcpy(dst, src, bytes);
 }
