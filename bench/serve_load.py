@@ -1,18 +1,18 @@
 #!/usr/bin/env python3
 """Load test for `basalt serve` (issue 4's performance figures): aggregate output tokens/s and
 time to first token at several concurrency levels, and the prefix cache's effect on a repeated
-long system prompt. Talks to a running server; needs only httpx (tools/requirements-e2e.txt).
+long system prompt. Talks to a running server; Python's standard library only (so it runs on
+the GPU machine too).
 
     build/basalt serve --port 8123 --parallel 64 &
-    build/venv-e2e/bin/python bench/serve_load.py --url http://127.0.0.1:8123 --streams 1,8,32,64
+    python3 bench/serve_load.py --url http://127.0.0.1:8123 --streams 1,8,32,64
 """
 import argparse
 import json
 import statistics
 import threading
 import time
-
-import httpx
+import urllib.request
 
 
 def words(n: int, seed: int) -> str:
@@ -21,22 +21,27 @@ def words(n: int, seed: int) -> str:
     return " ".join(vocab[(seed * 7 + i * 13 + i // 5) % len(vocab)] for i in range(n))
 
 
+def post(url, body, timeout=600):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    return urllib.request.urlopen(req, timeout=timeout)
+
+
 def one_stream(url, model, prompt, max_tokens, out, i):
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
             "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
     t0 = time.perf_counter()
     ttft, n = None, 0
-    with httpx.Client(timeout=600) as c:
-        with c.stream("POST", url + "/v1/completions", json=body) as r:
-            r.raise_for_status()
-            for line in r.iter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                j = json.loads(line[6:])
-                if j.get("choices") and j["choices"][0].get("text") and ttft is None:
-                    ttft = time.perf_counter() - t0
-                if j.get("usage"):
-                    n = j["usage"]["completion_tokens"]
+    with post(url + "/v1/completions", body) as r:
+        for raw in r:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            j = json.loads(line[6:])
+            if j.get("choices") and j["choices"][0].get("text") and ttft is None:
+                ttft = time.perf_counter() - t0
+            if j.get("usage"):
+                n = j["usage"]["completion_tokens"]
     out[i] = (ttft or 0.0, n, time.perf_counter() - t0)
 
 
@@ -67,9 +72,8 @@ def prefix_effect(url, model, system_words):
                 "messages": [{"role": "system", "content": system},
                              {"role": "user", "content": q}]}
         t0 = time.perf_counter()
-        r = httpx.post(url + "/v1/chat/completions", json=body, timeout=600)
-        r.raise_for_status()
-        u = r.json()["usage"]
+        with post(url + "/v1/chat/completions", body) as r:
+            u = json.loads(r.read())["usage"]
         res.append({"ms": round(1e3 * (time.perf_counter() - t0), 1),
                     "prompt_tokens": u["prompt_tokens"],
                     "cached_tokens": (u.get("prompt_tokens_details") or {}).get("cached_tokens")})
@@ -85,7 +89,8 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--system-words", type=int, default=600)
     a = ap.parse_args()
-    model = a.model or httpx.get(a.url + "/v1/models").json()["data"][0]["id"]
+    with urllib.request.urlopen(a.url + "/v1/models") as r:
+        model = a.model or json.loads(r.read())["data"][0]["id"]
     for s in [int(x) for x in a.streams.split(",")]:
         print(json.dumps(level(a.url, model, s, a.prompt_words, a.max_tokens)), flush=True)
     print(json.dumps(prefix_effect(a.url, model, a.system_words)), flush=True)

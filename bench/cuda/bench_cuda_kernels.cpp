@@ -93,7 +93,7 @@ int main() {
     uint16_t* w;
     CK(cudaMalloc(&w, wbytes * copies));
     fill_bf16(w, wbytes / 2 * copies);
-    for (int64_t T : {1, 2048}) {
+    for (int64_t T : {1, 64, 2048}) {
       uint16_t* x;
       float* y;
       CK(cudaMalloc(&x, size_t(T) * sh.K * 2));
@@ -106,14 +106,16 @@ int main() {
       for (auto kern : {bc::MatmulKernel::Rows16x32, bc::MatmulKernel::Rows16x16,
                         bc::MatmulKernel::Rows16x32Deep, bc::MatmulKernel::Tile128})
         for (bool split : {false, true}) {
-          if ((T == 1) == (kern == bc::MatmulKernel::Tile128)) continue;
-          if (split && T != 1) continue;
+          if ((T == 1 && kern == bc::MatmulKernel::Tile128) ||
+              (T == 2048 && kern != bc::MatmulKernel::Tile128))
+            continue;
+          if (split && T == 2048) continue;
           const double ms = time_ms(
               [&](int i) {
                 CK(bc::matmul_bf16(x, T, w + (wbytes / 2) * (i % copies), sh.N, sh.K, y, nullptr,
                                    kern, split ? ws : nullptr, split ? ws_bytes : 0));
               },
-              5, T == 1 ? 200 : 30);
+              5, T <= 64 ? 200 : 30);
           const double bytes = double(wbytes) + double(T) * sh.K * 2 + double(T) * sh.N * 4;
           const double gbs = bytes / (ms * 1e-3) / 1e9;
           const double tf = 2.0 * T * sh.N * sh.K / (ms * 1e-3) / 1e12;

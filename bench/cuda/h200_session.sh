@@ -7,7 +7,7 @@ B=build-cuda
 export LD_LIBRARY_PATH=$PWD/$B/rtlib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv | tee "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv
 step() { echo "== $*"; local t0=$SECONDS; "$@"; echo "== rc=$? ($((SECONDS - t0)) s)"; }
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   step $B/tests/gpu/test_cuda_kernels > "$OUT/test_cuda_kernels.txt" 2>&1
@@ -23,5 +23,27 @@ fi
 M=/tmp/llama-3.1-8b
 [ -f $M/config.json ] || step $B/basalt synth --preset llama-3.1-8b --dtype bf16 --out $M
 step $B/basalt bench -m $M --device cuda ${BENCH:--p 512,2048 -n 64 -r 3} --json \
-  > "$OUT/bench_llama8b.jsonl" 2> "$OUT/bench_llama8b.err"
-cat "$OUT/bench_llama8b.err" "$OUT/bench_llama8b.jsonl"
+  > "$OUT/bench_llama8b.txt" 2>&1
+cat "$OUT/bench_llama8b.txt"
+# The fastest non-exact configuration: cuBLAS prefill.
+step $B/basalt bench -m $M --device cuda --fast-prefill -p 512,2048 -n 16 -r 3 --json \
+  > "$OUT/bench_llama8b_fast.txt" 2>&1
+cat "$OUT/bench_llama8b_fast.txt"
+# Per-op breakdown (events around every launch, graphs off).
+BASALT_CUDA_PROFILE=1 step $B/basalt bench -m $M --device cuda -p 2048 -n 64 -r 1 \
+  > "$OUT/profile_llama8b.txt" 2>&1
+cat "$OUT/profile_llama8b.txt"
+if [ "${SERVE:-1}" = 1 ]; then  # issue 4: the server under load (tokenizer: Llama 3's)
+  cp $B/tok/* $M/
+  $B/basalt serve -m $M --device cuda --port 8123 --parallel 64 --max-context 4096 \
+    > "$OUT/serve.log" 2>&1 &
+  for i in $(seq 120); do
+    python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8123/health')" \
+      2> /dev/null && break
+    sleep 1
+  done
+  step python3 bench/serve_load.py --url http://127.0.0.1:8123 --streams 1,8,32,64 \
+    --prompt-words 400 --max-tokens 256 --system-words 1500 | tee "$OUT/serve_load.jsonl"
+  kill %1; wait
+  tail -n 5 "$OUT/serve.log"
+fi

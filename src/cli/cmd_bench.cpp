@@ -30,6 +30,7 @@ struct BenchArgs {
   int repeats = 3;
   int threads = 0;
   std::string device;
+  bool fast_prefill = false;
   int64_t prefill_chunk = 0;
   bool json = false;
 };
@@ -87,7 +88,7 @@ int64_t peak_rss_bytes() {
 
 int run_bench(const BenchArgs& a) {
   auto model = model_load(a.model);
-  auto be = make_backend(a.device, a.threads);
+  auto be = make_backend(a.device, a.threads, a.fast_prefill);
   const ModelConfig& c = model->config();
   struct Row {
     int64_t P;
@@ -205,7 +206,7 @@ Runner add_bench(CLI::App& app) {
   sc->add_option("-r,--repeats", a->repeats, "Runs per configuration (median reported)")
       ->check(CLI::Range(1, 1000));
   sc->add_option("-t,--threads", a->threads, "CPU threads (default: all)");
-  add_device_option(sc, a->device);
+  add_device_option(sc, a->device, a->fast_prefill);
   sc->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per pass (0 = all)");
   sc->add_flag("--json", a->json, "One JSON object per configuration");
   return [a] { return run_bench(*a); };

@@ -26,6 +26,7 @@ struct ServeArgs {
   int parallel = 8;
   int threads = 0;
   std::string device;
+  bool fast_prefill = false;
 };
 
 // The directory's (or file's) base name; "basalt-default" for the embedded model.
@@ -66,7 +67,7 @@ int run_serve(ServeArgs a) {
 
   auto model = model_load(a.model);
   auto tok = tok::tokenizer_from_checkpoint(model->checkpoint());
-  auto be = make_backend(a.device, a.threads);
+  auto be = make_backend(a.device, a.threads, a.fast_prefill);
   EngineConfig cfg;
   cfg.max_context = a.max_context;
   cfg.max_batch = a.parallel;
@@ -118,7 +119,7 @@ Runner add_serve(CLI::App& app) {
   sc->add_option("--served-model-name", a->opt.served_name,
                  "Model name in the API (default: the model's base name or basalt-default)");
   sc->add_option("-t,--threads", a->threads, "CPU threads (default: all)");
-  add_device_option(sc, a->device);
+  add_device_option(sc, a->device, a->fast_prefill);
   sc->add_option("--http-threads", a->opt.http_threads,
                  "HTTP worker threads, one per open connection (default 256)")
       ->check(CLI::Range(1, 4096));

@@ -29,9 +29,11 @@ Runner add_run(CLI::App& app);
 std::vector<int32_t> parse_ids(const std::string& s);
 // The backend --device names: "cpu", "cuda" / "cuda:N", or "" (auto: cuda when a Hopper GPU is
 // visible and basalt was built with CUDA, else cpu). Throws basalt::Error for anything else.
-std::unique_ptr<Backend> make_backend(const std::string& device, int threads);
-// Registers --device on a subcommand.
-void add_device_option(CLI::App* sc, std::string& device);
+// fast_prefill: CUDA only, not exact (cuBLAS for passes of more than 64 rows).
+std::unique_ptr<Backend> make_backend(const std::string& device, int threads,
+                                      bool fast_prefill = false);
+// Registers --device and --fast-prefill on a subcommand.
+void add_device_option(CLI::App* sc, std::string& device, bool& fast_prefill);
 // Human-readable model path for messages ("" is the embedded default model).
 std::string model_label(const std::string& path);
 

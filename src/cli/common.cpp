@@ -3,6 +3,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/log.h"
 #ifdef BASALT_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_device.h"
@@ -32,16 +33,21 @@ std::vector<int32_t> parse_ids(const std::string& s) {
   return ids;
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& device, int threads) {
-  if (device == "cpu") return cpu::make_cpu_backend(threads);
+std::unique_ptr<Backend> make_backend(const std::string& device, int threads, bool fast_prefill) {
+  auto cpu_backend = [&] {
+    if (fast_prefill) spdlog::warn("--fast-prefill only changes the CUDA backend; the CPU runs exact");
+    return cpu::make_cpu_backend(threads);
+  };
+  if (device == "cpu") return cpu_backend();
 #ifdef BASALT_HAVE_CUDA
+  cuda::CudaOptions o;
+  o.fast_prefill = fast_prefill;
   if (device.empty()) {
     const auto devs = cuda::cuda_devices();
-    if (!devs.empty() && devs[0].cc_major == 9) return cuda::make_cuda_backend({});
-    return cpu::make_cpu_backend(threads);
+    if (!devs.empty() && devs[0].cc_major == 9) return cuda::make_cuda_backend(o);
+    return cpu_backend();
   }
   if (device == "cuda" || device.starts_with("cuda:")) {
-    cuda::CudaOptions o;
     if (device.size() > 5) {
       const std::string n = device.substr(5);
       if (n.empty() || n.find_first_not_of("0123456789") != std::string::npos)
@@ -51,16 +57,19 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int threads) {
     return cuda::make_cuda_backend(o);
   }
 #else
-  if (device.empty()) return cpu::make_cpu_backend(threads);
+  if (device.empty()) return cpu_backend();
   if (device == "cuda" || device.starts_with("cuda:"))
     fail("[cli] --device {}: this basalt was built without CUDA (nvcc was not found)", device);
 #endif
   fail("[cli] --device {}: expected cpu, cuda or cuda:N", device);
 }
 
-void add_device_option(CLI::App* sc, std::string& device) {
+void add_device_option(CLI::App* sc, std::string& device, bool& fast_prefill) {
   sc->add_option("--device", device,
                  "cpu | cuda | cuda:N (default: cuda when a Hopper GPU is visible, else cpu)");
+  sc->add_flag("--fast-prefill", fast_prefill,
+               "CUDA: cuBLAS for prompt passes of more than 64 rows (faster, NOT exact: logits then "
+               "depend on the prefill chunking)");
 }
 
 std::string model_label(const std::string& path) {

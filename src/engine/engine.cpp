@@ -34,6 +34,7 @@ void fill_logprobs(std::span<const float> logits, int32_t id, int k, TokenEvent&
 Engine::Engine(Model& model, Backend& backend, EngineConfig cfg)
     : model_(model), be_(backend), cfg_(cfg) {
   model_.check_backend(be_);
+  model_.bind(be_);  // weights resident before the first request, not during it
   max_context_ = cfg_.max_context > 0 ? std::min(cfg_.max_context, model_.config().max_context)
                                       : model_.config().max_context;
   cfg_.max_batch = std::max(cfg_.max_batch, 1);
@@ -226,7 +227,7 @@ bool Engine::step() {
     }
     TokenEvent ev;
     ev.token = tok;
-    fill_logprobs(raw, tok, r.top_logprobs, ev);
+    if (r.logprobs || r.top_logprobs > 0) fill_logprobs(raw, tok, r.top_logprobs, ev);
     s.history.push_back(tok);
     ++s.generated;
     {

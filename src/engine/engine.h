@@ -31,7 +31,8 @@ struct EngineRequest {
   SamplingParams sampling;
   std::vector<int32_t> stop_ids;  // besides the model's EOS ids (unless ignore_eos)
   bool ignore_eos = false;
-  int top_logprobs = 0;  // > 0: report that many alternatives per token
+  bool logprobs = false;  // report each token's log-probability (a log-sum-exp over V per token)
+  int top_logprobs = 0;   // > 0: also that many alternatives per token
   // Test-only: when non-empty, these tokens are emitted instead of sampled ones (the forward
   // passes still run). Lets end-to-end tests fix the model's output (e.g. a tool call).
   std::vector<int32_t> forced_output;
@@ -39,7 +40,7 @@ struct EngineRequest {
 
 struct TokenEvent {
   int32_t token = -1;                          // -1 on the final event when no token comes with it
-  float logprob = 0.0f;                        // log-softmax of the chosen token
+  float logprob = 0.0f;                        // log-softmax of the chosen token (if asked)
   std::vector<std::pair<int32_t, float>> top;  // top_logprobs alternatives, best first
   bool finished = false;
   std::string finish_reason;  // "stop" (EOS/stop id), "length", "cancelled", "error"

@@ -31,6 +31,7 @@ class Generator {
  public:
   Generator(Model& model, Backend& backend) : model_(model), be_(backend) {
     model_.check_backend(be_);
+    model_.bind(be_);  // upload once, outside the timed prefill
   }
 
   // Calls on_token(id) for each generated token (EOS/stop tokens excluded); returning false

@@ -56,6 +56,7 @@ EngineRequest engine_request(const ServerContext& ctx, const GenParams& g,
   r.max_new_tokens = g.max_tokens > 0 ? std::min(g.max_tokens, room) : room;
   r.prompt = std::move(prompt);
   r.sampling = g.sampling;
+  r.logprobs = g.logprobs;
   r.top_logprobs = g.logprobs ? std::max(g.top_logprobs, 0) : 0;
   r.stop_ids = ctx.end_of_turn_ids;
   if (g.forced_output) {

@@ -111,6 +111,7 @@ TEST(Engine, PrefixCacheHitsOnARepeatedPrompt) {
   r.prompt = prompt_of(1, 70, model->config().vocab);
   r.max_new_tokens = 10;
   r.ignore_eos = true;
+  r.logprobs = true;
   Collected a, b;
   engine.submit(r, collect(a));
   wait(a);

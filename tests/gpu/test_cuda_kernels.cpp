@@ -289,7 +289,7 @@ void test_matmul(int64_t N, int64_t K, int64_t ref_rows) {
   for (auto kern : kMmKernels)
     for (bool use_ws : {false, true}) {
       if (use_ws && kern == bc::MatmulKernel::Tile128) continue;
-      for (int64_t T : {1, 7, 31, 33, 128}) {
+      for (int64_t T : {1, 7, 31, 33, 64, 128}) {
         dy.poison();
         CK(bc::matmul_bf16(dx.p, T, dw.p, N, K, dy.p, nullptr, kern, use_ws ? ws.p : nullptr,
                            use_ws ? ws_bytes : 0));
@@ -544,7 +544,8 @@ int main() {
   test_matmul(1001, 136, 128);
   test_matmul(512, 4096, 33);
   test_matmul(4096, 4096, 7);
-  test_matmul(300, 2600, 16);  // 3 K segments, the last one partial
+  test_matmul(300, 2600, 16);  // 3 K segments of 1024, the last one partial
+  test_matmul(256, 9000, 8);   // 3 K segments of 4096, the last one partial
   test_attention({200, 8, 2, 128}, true);
   test_attention({150, 4, 4, 64}, true);
   test_attention({130, 4, 2, 32}, true);

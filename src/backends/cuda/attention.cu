@@ -43,7 +43,7 @@ __device__ __forceinline__ Partial<DPL> chunk_partial(const float* qs, const bf1
     if (jj < n) {
       const uint4* kr = reinterpret_cast<const uint4*>(kh + (j0 + jj) * stride);
       float dot = 0.0f;
-#pragma unroll 4
+#pragma unroll
       for (int d8 = 0; d8 < D / 8; ++d8) {
         const uint4 u = kr[d8];
         const uint32_t w[4] = {u.x, u.y, u.z, u.w};
@@ -71,7 +71,7 @@ __device__ __forceinline__ Partial<DPL> chunk_partial(const float* qs, const bf1
 #pragma unroll
   for (int d = 0; d < DPL; ++d) p.acc[d] = 0.0f;
   const bf16_bits* vr = vh + j0 * stride + lane * DPL;
-#pragma unroll 4
+#pragma unroll 16
   for (int jj = 0; jj < n; ++jj) {
     const float ej = __shfl_sync(0xffffffffu, jj < 32 ? e0 : e1, jj & 31);
     if constexpr (DPL == 4) {
@@ -172,9 +172,8 @@ __global__ void __launch_bounds__(32 * kWarps)
   __syncwarp();
   const int64_t stride = a.Hkv * D, j0 = c * kAttnChunk;
   const int n = int(p - j0 + 1 < kAttnChunk ? p - j0 + 1 : kAttnChunk);
-  const Partial<DPL> pc =
-      chunk_partial<DPL>(qs, a.k + hk * D, a.v + hk * D, stride, chunk_row(a, t, j0), n, a.scale,
-                         lane);
+  const Partial<DPL> pc = chunk_partial<DPL>(qs, a.k + hk * D, a.v + hk * D, stride,
+                                             chunk_row(a, t, j0), n, a.scale, lane);
   float* w = a.workspace + item * (D + 2);
 #pragma unroll
   for (int d = 0; d < DPL; ++d) w[lane * DPL + d] = pc.acc[d];
@@ -230,10 +229,10 @@ size_t attention_workspace_bytes(int64_t T, int64_t H, int64_t D, int64_t n_pos)
 }
 
 cudaError_t attention(const AttnArgs& a, cudaStream_t s, AttnKernel kernel) {
-  if (a.T < 0 || a.H <= 0 || a.Hkv <= 0 || a.H % a.Hkv || (a.D != 32 && a.D != 64 && a.D != 128) || a.pos0 < 0 ||
-      !a.q || !a.k || !a.v || !a.out || (a.pos && a.max_pos < 0) ||
-      (a.tables && (!a.row_table || a.block_size <= 0 || a.block_size % kAttnChunk ||
-                    a.table_stride <= 0)))
+  if (a.T < 0 || a.H <= 0 || a.Hkv <= 0 || a.H % a.Hkv || (a.D != 32 && a.D != 64 && a.D != 128) ||
+      a.pos0 < 0 || !a.q || !a.k || !a.v || !a.out || (a.pos && a.max_pos < 0) ||
+      (a.tables &&
+       (!a.row_table || a.block_size <= 0 || a.block_size % kAttnChunk || a.table_stride <= 0)))
     return cudaErrorInvalidValue;
   if (a.T == 0) return cudaSuccess;
   const size_t ws = attention_workspace_bytes(a.T, a.H, a.D, max_pos_of(a) + 1);
@@ -243,7 +242,7 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t s, AttnKernel kernel) {
   const bool split =
       kernel == AttnKernel::Split ||
       (kernel == AttnKernel::Auto && ws_ok && a.T * a.H < 2048 && n_chunks(max_pos_of(a)) > 1);
-  return a.D == 128 ? launch<4>(a, s, split)
+  return a.D == 128  ? launch<4>(a, s, split)
          : a.D == 64 ? launch<2>(a, s, split)
                      : launch<1>(a, s, split);
 }

@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <unordered_map>
 #include <vector>
 
@@ -21,6 +24,47 @@ namespace {
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail("[cuda] {}: {}", what, cudaGetErrorString(e));
 }
+
+// cuBLAS through dlopen (no link-time dependency; CI and CPU machines never load it): the
+// bench's GEMM roofline and the non-exact --fast-prefill matmuls.
+struct Cublas {
+  using Create = int (*)(void**);
+  using Destroy = int (*)(void*);
+  using SetStream = int (*)(void*, cudaStream_t);
+  // cublasGemmEx(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C,
+  //              Ctype, ldc, computeType, algo)
+  using GemmEx = int (*)(void*, int, int, int, int, int, const void*, const void*, int, int,
+                         const void*, int, int, const void*, void*, int, int, int, int);
+  Create create = nullptr;
+  Destroy destroy = nullptr;
+  SetStream set_stream = nullptr;
+  GemmEx gemm = nullptr;
+
+  static const Cublas* get() {
+    static const Cublas lib = [] {
+      Cublas c;
+      void* h = nullptr;
+      for (const char* so : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"})
+        if ((h = dlopen(so, RTLD_NOW | RTLD_LOCAL))) break;
+      if (!h) return c;
+      c.create = reinterpret_cast<Create>(dlsym(h, "cublasCreate_v2"));
+      c.destroy = reinterpret_cast<Destroy>(dlsym(h, "cublasDestroy_v2"));
+      c.set_stream = reinterpret_cast<SetStream>(dlsym(h, "cublasSetStream_v2"));
+      c.gemm = reinterpret_cast<GemmEx>(dlsym(h, "cublasGemmEx"));
+      return c;
+    }();
+    return lib.create && lib.destroy && lib.set_stream && lib.gemm ? &lib : nullptr;
+  }
+  // Row-major y[M, N] = x[M, K] · W[N, K]ᵀ (bf16 in, f32 out and compute) == column-major
+  // yᵀ = W · xᵀ.
+  int matmul(void* h, const void* x, int64_t M, const void* w, int64_t N, int64_t K,
+             float* y) const {
+    constexpr int kOpT = 1, kOpN = 0, kBF16 = 14, kF32 = 0, kComputeF32 = 68, kDefault = -1;
+    const float alpha = 1.0f, beta = 0.0f;
+    return gemm(h, kOpT, kOpN, int(N), int(M), int(K), &alpha, w, kBF16, int(K), x, kBF16, int(K),
+                &beta, y, kF32, int(N), kComputeF32, kDefault);
+  }
+};
 
 uint64_t pow2_at_least(uint64_t v) {
   uint64_t p = 1;
@@ -41,13 +85,18 @@ class CudaBackend final : public Backend {
           "[cuda] device {} ({}) has compute capability {}.{}; basalt's kernels are built for "
           "sm_90a (Hopper) only",
           opt.device, d.name, d.cc_major, d.cc_minor);
-    name_ = fmt::format("cuda:{} ({}, {} SMs)", opt.device, d.name, d.sm_count);
+    name_ = fmt::format("cuda:{} ({}, {} SMs){}", opt.device, d.name, d.sm_count,
+                        opt.fast_prefill ? ", fast prefill (cuBLAS, not exact)" : "");
+    if (opt_.profile) opt_.graphs = false;  // one event pair per op needs eager launches
     check(cudaSetDevice(opt.device), "cudaSetDevice");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   }
 
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
+    if (opt_.profile) print_profile();
+    if (cublas_) Cublas::get()->destroy(cublas_);
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
     clear_graphs();
     for (auto& [p, n] : sizes_) cudaFree(p);
     if (pinned_) cudaFreeHost(pinned_);
@@ -96,6 +145,7 @@ class CudaBackend final : public Backend {
   void download(void* dst, const void* src, size_t bytes) override {
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "download");
     check(cudaStreamSynchronize(stream_), "download");
+    if (opt_.profile) collect_profile();
   }
   bool host_memory() const override { return false; }
   DType act_dtype() const override { return DType::BF16; }
@@ -228,7 +278,7 @@ class CudaBackend final : public Backend {
   void matmul(const void* x, int64_t T, const WeightRef& w, float* y) override {
     void* ws = nullptr;
     size_t ws_bytes = 0;
-    if (T <= 32 && w.cols > kMatmulKSeg) {
+    if (T <= 64 && matmul_kseg(w.rows, w.cols) < w.cols) {
       const size_t need = matmul_workspace_bytes(T, w.rows, w.cols);
       if (need > mm_ws_bytes_ && !capturing()) {
         if (mm_ws_) dealloc(mm_ws_);
@@ -237,47 +287,68 @@ class CudaBackend final : public Backend {
       }
       if (need <= mm_ws_bytes_) ws = mm_ws_, ws_bytes = mm_ws_bytes_;
     }
-    check(matmul_bf16(static_cast<const bf16_bits*>(x), T, static_cast<const bf16_bits*>(w.data),
-                      w.rows, w.cols, y, stream_, MatmulKernel::Auto, ws, ws_bytes),
-          "matmul");
+    if (opt_.fast_prefill && T > 64) {  // non-exact: cuBLAS picks its own reduction order
+      op("matmul (cuBLAS)", w.rows, w.cols, [&] {
+        if (!cublas_) {
+          const Cublas* cb = Cublas::get();
+          if (!cb) fail("[cuda] --fast-prefill needs libcublas, which could not be loaded");
+          if (cb->create(&cublas_) != 0) fail("[cuda] cublasCreate failed");
+          cb->set_stream(cublas_, stream_);
+        }
+        return Cublas::get()->matmul(cublas_, x, T, w.data, w.rows, w.cols, y) == 0
+                   ? cudaSuccess
+                   : cudaErrorUnknown;
+      });
+      return;
+    }
+    op("matmul", w.rows, w.cols, [&] {
+      return matmul_bf16(static_cast<const bf16_bits*>(x), T, static_cast<const bf16_bits*>(w.data),
+                         w.rows, w.cols, y, stream_, MatmulKernel::Auto, ws, ws_bytes);
+    });
   }
   void rmsnorm(const float* x, const float* w, void* y, int64_t rows, int64_t n,
                float eps) override {
-    check(rmsnorm_residual(const_cast<float*>(x), nullptr, w, static_cast<bf16_bits*>(y), rows, n,
-                           eps, stream_),
-          "rmsnorm");
+    op("rmsnorm", 0, 0, [&] {
+      return rmsnorm_residual(const_cast<float*>(x), nullptr, w, static_cast<bf16_bits*>(y), rows,
+                              n, eps, stream_);
+    });
   }
   void add_rmsnorm(float* x, const float* delta, const float* w, void* y, int64_t rows, int64_t n,
                    float eps) override {
-    check(rmsnorm_residual(x, delta, w, static_cast<bf16_bits*>(y), rows, n, eps, stream_),
-          "add_rmsnorm");
+    op("add_rmsnorm", 0, 0, [&] {
+      return rmsnorm_residual(x, delta, w, static_cast<bf16_bits*>(y), rows, n, eps, stream_);
+    });
   }
   void head_rmsnorm(float* x, const float* w, int64_t rows, int64_t n, float eps) override {
-    check(cuda::head_rmsnorm(x, w, rows, n, eps, stream_), "head_rmsnorm");
+    op("head_rmsnorm", 0, 0, [&] { return cuda::head_rmsnorm(x, w, rows, n, eps, stream_); });
   }
   void embedding(const WeightRef& table, float* out) override {
-    check(cuda::embedding(static_cast<const bf16_bits*>(table.data), table.rows, table.cols, d_ids_,
-                          T_, out, stream_),
-          "embedding");
+    op("embedding", 0, 0, [&] {
+      return cuda::embedding(static_cast<const bf16_bits*>(table.data), table.rows, table.cols,
+                             d_ids_, T_, out, stream_);
+    });
   }
   void rope_angles(const float* inv_freq, int64_t half, float* cos, float* sin) override {
-    check(cuda::rope_angles(d_pos_, inv_freq, T_, half, cos, sin, stream_), "rope_angles");
+    op("rope_angles", 0, 0,
+       [&] { return cuda::rope_angles(d_pos_, inv_freq, T_, half, cos, sin, stream_); });
   }
   void rope(float* x, int64_t T, int64_t heads, int64_t D, int64_t rot, const float* cos,
             const float* sin, RopeStyle style) override {
-    check(
-        cuda::rope(x, T, heads, D, rot, cos, sin,
-                   style == RopeStyle::NeoX ? RopeLayout::NeoX : RopeLayout::Interleaved, stream_),
-        "rope");
+    op("rope", 0, 0, [&] {
+      return cuda::rope(x, T, heads, D, rot, cos, sin,
+                        style == RopeStyle::NeoX ? RopeLayout::NeoX : RopeLayout::Interleaved,
+                        stream_);
+    });
   }
   void add_bias(float* y, const float* b, int64_t T, int64_t n) override {
-    check(cuda::add_bias(y, b, T, n, stream_), "add_bias");
+    op("add_bias", 0, 0, [&] { return cuda::add_bias(y, b, T, n, stream_); });
   }
   void kv_write(const float* k, const float* v, void* k_cache, void* v_cache,
                 int64_t row) override {
-    check(cuda::kv_write(k, v, d_slots_, T_, row, static_cast<bf16_bits*>(k_cache),
-                         static_cast<bf16_bits*>(v_cache), stream_),
-          "kv_write");
+    op("kv_write", 0, 0, [&] {
+      return cuda::kv_write(k, v, d_slots_, T_, row, static_cast<bf16_bits*>(k_cache),
+                            static_cast<bf16_bits*>(v_cache), stream_);
+    });
   }
   void attention(const AttentionArgs& a) override {
     AttnArgs c;
@@ -302,16 +373,77 @@ class CudaBackend final : public Backend {
     }
     c.workspace = ws_;
     c.workspace_bytes = ws_bytes_;
-    check(cuda::attention(c, stream_), "attention");
+    op("attention", 0, 0, [&] { return cuda::attention(c, stream_); });
   }
   void swiglu(const float* gate, const float* up, void* out, int64_t n) override {
-    check(cuda::swiglu(gate, up, static_cast<bf16_bits*>(out), n, stream_), "swiglu");
+    op("swiglu", 0, 0,
+       [&] { return cuda::swiglu(gate, up, static_cast<bf16_bits*>(out), n, stream_); });
   }
   void add(float* y, const float* x, int64_t n) override {
-    check(add_f32(y, x, n, stream_), "add");
+    op("add", 0, 0, [&] { return add_f32(y, x, n, stream_); });
   }
 
  private:
+  // Runs one launch; with profiling, between two events attributed to `name` (and the weight
+  // shape for matmuls) and the pass kind (T = 1 decode or a longer pass).
+  template <class F>
+  void op(const char* name, int64_t N, int64_t K, F&& launch) {
+    if (!opt_.profile) {
+      check(launch(), name);
+      return;
+    }
+    cudaEvent_t a = event(), b = event();
+    check(cudaEventRecord(a, stream_), "event");
+    check(launch(), name);
+    check(cudaEventRecord(b, stream_), "event");
+    std::string key = N ? fmt::format("{} {}x{}", name, N, K) : std::string(name);
+    pending_.push_back({fmt::format("{:<5} {}", T_ == 1 ? "T=1" : "T>1", key), a, b});
+  }
+  cudaEvent_t event() {
+    if (!free_events_.empty()) {
+      cudaEvent_t e = free_events_.back();
+      free_events_.pop_back();
+      return e;
+    }
+    cudaEvent_t e;
+    check(cudaEventCreate(&e), "cudaEventCreate");
+    events_.push_back(e);
+    return e;
+  }
+  void collect_profile() {
+    for (const Pending& p : pending_) {
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, p.a, p.b), "cudaEventElapsedTime");
+      auto& st = profile_[p.key];
+      st.first += 1, st.second += double(ms);
+      free_events_.push_back(p.a), free_events_.push_back(p.b);
+    }
+    pending_.clear();
+  }
+  void print_profile() const {
+    std::vector<std::pair<std::string, std::pair<int64_t, double>>> rows(profile_.begin(),
+                                                                         profile_.end());
+    std::sort(rows.begin(), rows.end(),
+              [](auto& a, auto& b) { return a.second.second > b.second.second; });
+    double total = 0;
+    for (auto& r : rows) total += r.second.second;
+    std::fprintf(stderr, "\n[cuda profile] %.1f ms of kernel time (events around each launch)\n",
+                 total);
+    std::fprintf(stderr, "%-44s %9s %11s %10s %7s\n", "op", "calls", "total ms", "mean us",
+                 "share");
+    for (auto& [k, v] : rows)
+      std::fprintf(stderr, "%-44s %9lld %11.2f %10.2f %6.1f%%\n", k.c_str(), (long long)v.first,
+                   v.second, 1e3 * v.second / double(v.first), 100 * v.second / total);
+  }
+  struct Pending {
+    std::string key;
+    cudaEvent_t a, b;
+  };
+  std::vector<Pending> pending_;
+  std::vector<cudaEvent_t> events_, free_events_;
+  std::map<std::string, std::pair<int64_t, double>> profile_;
+  void* cublas_ = nullptr;
+
   struct Graph {
     cudaGraphExec_t exec = nullptr;
   };
@@ -356,7 +488,10 @@ double median(std::vector<double> v) {
 }  // namespace
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& opt) {
-  return std::make_unique<CudaBackend>(opt);
+  CudaOptions o = opt;
+  if (const char* p = std::getenv("BASALT_CUDA_PROFILE"); p && std::string(p) == "1")
+    o.profile = true;
+  return std::make_unique<CudaBackend>(o);
 }
 
 double measure_copy_bandwidth(int device) {
@@ -385,38 +520,19 @@ double measure_copy_bandwidth(int device) {
   return 2.0 * double(n) / median(t);
 }
 
-// cuBLAS through dlopen: the bench's roofline probe needs no link-time dependency.
 double measure_cublas_gemm(int64_t M, int64_t N, int64_t K, int device) {
-  void* lib = nullptr;
-  for (const char* so : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"})
-    if ((lib = dlopen(so, RTLD_NOW | RTLD_LOCAL))) break;
-  if (!lib) return 0.0;
-  using Create = int (*)(void**);
-  using Destroy = int (*)(void*);
-  // cublasGemmEx(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C,
-  //              Ctype, ldc, computeType, algo)
-  using GemmEx = int (*)(void*, int, int, int, int, int, const void*, const void*, int, int,
-                         const void*, int, int, const void*, void*, int, int, int, int);
-  auto create = reinterpret_cast<Create>(dlsym(lib, "cublasCreate_v2"));
-  auto destroy = reinterpret_cast<Destroy>(dlsym(lib, "cublasDestroy_v2"));
-  auto gemm = reinterpret_cast<GemmEx>(dlsym(lib, "cublasGemmEx"));
-  if (!create || !destroy || !gemm) return 0.0;
+  const Cublas* cb = Cublas::get();
+  if (!cb) return 0.0;
   check(cudaSetDevice(device), "cudaSetDevice");
   void* h = nullptr;
-  if (create(&h) != 0) return 0.0;
+  if (cb->create(&h) != 0) return 0.0;
   void *A = nullptr, *B = nullptr, *C = nullptr;
   check(cudaMalloc(&A, size_t(M * K) * 2), "cudaMalloc");
   check(cudaMalloc(&B, size_t(N * K) * 2), "cudaMalloc");
   check(cudaMalloc(&C, size_t(M * N) * 4), "cudaMalloc");
   cudaMemset(A, 0x3c, size_t(M * K) * 2);  // ~1.0 in bf16: finite, non-zero
   cudaMemset(B, 0x3c, size_t(N * K) * 2);
-  const float alpha = 1.0f, beta = 0.0f;
-  constexpr int kOpT = 1, kOpN = 0, kBF16 = 14, kF32 = 0, kComputeF32 = 68, kDefault = -1;
-  // Row-major y[M, N] = x[M, K] · W[N, K]ᵀ  ==  column-major yᵀ = W · xᵀ.
-  auto once = [&] {
-    return gemm(h, kOpT, kOpN, int(N), int(M), int(K), &alpha, B, kBF16, int(K), A, kBF16, int(K),
-                &beta, C, kF32, int(N), kComputeF32, kDefault);
-  };
+  auto once = [&] { return cb->matmul(h, A, M, B, N, K, static_cast<float*>(C)); };
   double rate = 0.0;
   if (once() == 0) {
     cudaEvent_t e0, e1;
@@ -436,7 +552,7 @@ double measure_cublas_gemm(int64_t M, int64_t N, int64_t K, int device) {
     cudaEventDestroy(e1);
     rate = 2.0 * double(M) * double(N) * double(K) / median(t);
   }
-  destroy(h);
+  cb->destroy(h);
   cudaFree(A);
   cudaFree(B);
   cudaFree(C);

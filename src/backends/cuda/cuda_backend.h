@@ -15,6 +15,12 @@ struct CudaOptions {
   int device = 0;
   bool graphs = true;
   int64_t graph_max_rows = 64;
+  // Not exact: passes of more than 64 rows run their matmuls on cuBLAS (its own reduction
+  // order, so a position's logits depend on the prefill chunking). Off by default.
+  bool fast_prefill = false;
+  // Time every launch between two events (graphs off) and print a per-op table to stderr when
+  // the backend is destroyed. Also set by BASALT_CUDA_PROFILE=1.
+  bool profile = false;
 };
 
 // Throws basalt::Error when no usable device (sm_90) is present.

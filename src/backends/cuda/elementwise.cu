@@ -37,20 +37,38 @@ __global__ void embedding_kernel(const bf16_bits* table, int64_t V, int64_t E, c
 
 constexpr int kNormThreads = 256;
 
+// Each thread's elements i = tid, tid + 256, ... are summed in that order; loads are issued
+// kNormUnroll at a time (independent of the sum's order) so a row is not a chain of latencies.
+constexpr int kNormUnroll = 8;
+
 __global__ void __launch_bounds__(kNormThreads)
-    rmsnorm_residual_kernel(float* x, const float* delta, const float* w, bf16_bits* y,
-                            int64_t n, float eps) {
+    rmsnorm_residual_kernel(float* __restrict__ x, const float* __restrict__ delta,
+                            const float* __restrict__ w, bf16_bits* __restrict__ y, int64_t n,
+                            float eps) {
   __shared__ float warp_ss[kNormThreads / 32];
   const int64_t r = blockIdx.x;
   float* xr = x + r * n;
   float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < n; i += kNormThreads) {
-    float v = xr[i];
-    if (delta) {
-      v = __fadd_rn(v, delta[r * n + i]);
-      xr[i] = v;
+  for (int64_t base = threadIdx.x; base < n; base += int64_t(kNormThreads) * kNormUnroll) {
+    float v[kNormUnroll];
+#pragma unroll
+    for (int u = 0; u < kNormUnroll; ++u) {
+      const int64_t i = base + int64_t(u) * kNormThreads;
+      v[u] = i < n ? xr[i] : 0.0f;
     }
-    ss = __fmaf_rn(v, v, ss);
+    if (delta) {
+#pragma unroll
+      for (int u = 0; u < kNormUnroll; ++u) {
+        const int64_t i = base + int64_t(u) * kNormThreads;
+        if (i < n) {
+          v[u] = __fadd_rn(v[u], delta[r * n + i]);
+          xr[i] = v[u];
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kNormUnroll; ++u)
+      if (base + int64_t(u) * kNormThreads < n) ss = __fmaf_rn(v[u], v[u], ss);
   }
   ss = warp_sum(ss);
   if ((threadIdx.x & 31) == 0) warp_ss[threadIdx.x >> 5] = ss;
@@ -59,12 +77,12 @@ __global__ void __launch_bounds__(kNormThreads)
 #pragma unroll
   for (int i = 1; i < kNormThreads / 32; ++i) tot = __fadd_rn(tot, warp_ss[i]);
   const float inv = __frcp_rn(__fsqrt_rn(__fadd_rn(__fdiv_rn(tot, float(n)), eps)));
+#pragma unroll 4
   for (int64_t i = threadIdx.x; i < n; i += kNormThreads)
     y[r * n + i] = to_bf(__fmul_rn(__fmul_rn(xr[i], inv), w[i]));
 }
 
-__global__ void head_rmsnorm_kernel(float* x, const float* w, int64_t rows, int64_t D,
-                                    float eps) {
+__global__ void head_rmsnorm_kernel(float* x, const float* w, int64_t rows, int64_t D, float eps) {
   const int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (r >= rows) return;  // whole warps leave together

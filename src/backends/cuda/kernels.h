@@ -70,18 +70,20 @@ cudaError_t kv_write(const float* k, const float* v, const int32_t* slots, int64
 // mma.sync.m16n8k16 (bf16 → f32) over the segment's k16 slices in increasing order, starting
 // from 0; the order depends on K alone. All variants compute exactly that; they differ in tiling.
 enum class MatmulKernel : uint8_t {
-  Auto,           // T > 32: Tile128; else workspace or N > 8192: Rows16x32; else Rows16x32Deep
+  Auto,           // T > 64: Tile128; else workspace or N > 8192: Rows16x32; else Rows16x32Deep
   Rows16x32,      // 16 rows (T padded) × 32 columns per block, 4 warps, k-stage 128: decode
   Rows16x16,      // 16 rows × 16 columns per block, 2 warps, k-stage 256: decode, more blocks
   Rows16x32Deep,  // as Rows16x32 with k-stage 256 and 6 stages: more bytes in flight per SM
   Tile128,        // 128 × 128 per block, 8 warps, k-stage 32, 4-stage cp.async: prefill
 };
-// Split-K fixed by K alone: segments of kMatmulKSeg (the last shorter); y = ((c_0 + c_1) + c_2)
-// + ... with c_s the chain over segment s. With a workspace of matmul_workspace_bytes(T, N, K)
-// (zero-filled before its first use; the kernels leave its counters at zero), the Rows variants
-// run the segments in separate blocks and add the partials in order; without one they fold in
-// registers, as Tile128 always does. Same bits either way.
-constexpr int64_t kMatmulKSeg = 1024;
+// Split-K fixed by the weight shape alone: segments of matmul_kseg(N, K) (the last shorter);
+// y = ((c_0 + c_1) + c_2) + ... with c_s the chain over segment s. With a workspace of
+// matmul_workspace_bytes(T, N, K) (zero-filled before its first use; the kernels leave its
+// counters at zero), the Rows variants run the segments in separate blocks and add the partials
+// in order; without one they fold as they go, as Tile128 always does. Same bits either way.
+// The rule (measured on the H200, docs/cuda.md): one segment for N > 8192 or K <= 1024 (enough
+// blocks already), else 1024 up to K = 4096 and 4096 above.
+int64_t matmul_kseg(int64_t N, int64_t K);
 size_t matmul_workspace_bytes(int64_t T, int64_t N, int64_t K);
 cudaError_t matmul_bf16(const bf16_bits* x, int64_t T, const bf16_bits* w, int64_t N, int64_t K,
                         float* y, cudaStream_t s, MatmulKernel kernel = MatmulKernel::Auto,

@@ -7,7 +7,8 @@
 // do not depend on which rows share its tile or on T (tests/gpu checks this bitwise). K tails
 // are zero-filled in whole 8-element pieces (K % 8 == 0), identically in every variant.
 //
-// Split-K, fixed by K alone: K is cut into segments of kMatmulKSeg elements (the last shorter);
+// Split-K, fixed by the weight shape alone: K is cut into segments of matmul_kseg(N, K) elements
+// (the last shorter);
 // c_s is the chain above over segment s (starting from 0), and y = ((c_0 + c_1) + c_2) + ...
 // (f32 adds, segment order). Tile128 and workspace-less calls fold the segments in registers
 // as they go; with a workspace, the Rows variants give each (tile, segment) its own block (more
@@ -28,11 +29,18 @@ namespace {
 // another call's partials where its counters are: they are always back at zero), then
 // [segments, T, N] f32 partials.
 constexpr int64_t kMaxTiles = 65536;
-size_t counter_bytes() { return size_t(kMaxTiles) * 4; }
+size_t counter_bytes() {
+  return size_t(kMaxTiles) * 4;
+}
 }  // namespace
 
+int64_t matmul_kseg(int64_t N, int64_t K) {
+  if (N > 8192 || K <= 1024) return K;
+  return K <= 4096 ? 1024 : 4096;
+}
+
 size_t matmul_workspace_bytes(int64_t T, int64_t N, int64_t K) {
-  const int64_t segs = (K + kMatmulKSeg - 1) / kMatmulKSeg;
+  const int64_t kseg = matmul_kseg(N, K), segs = (K + kseg - 1) / kseg;
   return counter_bytes() + size_t(segs) * size_t(T) * size_t(N) * 4;
 }
 
@@ -89,19 +97,21 @@ struct MmCfg {
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES>
 __global__ void __launch_bounds__(MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>::kThreads)
     matmul_bf16_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
-                       float* __restrict__ y, int T, int N, int K, float* __restrict__ part,
-                       int* __restrict__ counters) {
+                       float* __restrict__ y, int T, int N, int K, int kSegTiles,
+                       float* __restrict__ part, int* __restrict__ counters) {
   using C = MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* sa = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [STAGES][BM][kLds]
   auto* sb = sa + STAGES * BM * C::kLds;                  // [STAGES][BN][kLds]
 
-  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  // Rows variants put the row blocks on x (launched next to each other, so the blocks that
+  // share a weight tile run together and read it once from memory); Tile128 the columns.
+  constexpr bool kRowsOnX = BM == 16;
+  const int m0 = (kRowsOnX ? blockIdx.x : blockIdx.y) * BM;
+  const int n0 = (kRowsOnX ? blockIdx.y : blockIdx.x) * BN;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int wm = (warp / WARPS_N) * C::kWm, wn = (warp % WARPS_N) * C::kWn;
   const int KT_all = (K + BK - 1) / BK;
-  constexpr int kSegTiles = int(kMatmulKSeg) / BK;
-  static_assert(int(kMatmulKSeg) % BK == 0);
   // Split mode: this block runs segment blockIdx.z only.
   const bool split = gridDim.z > 1;
   const int kt0 = split ? int(blockIdx.z) * kSegTiles : 0;
@@ -183,7 +193,7 @@ __global__ void __launch_bounds__(MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>::k
 #pragma unroll
         for (int j = 0; j < C::kNt; ++j) mma_bf16(acc[i][j], af[i], bfr[j][0], bfr[j][1]);
     }
-      // End of a segment (folding mode): tot = c_0, then tot = tot + c_s; acc restarts from 0.
+    // End of a segment (folding mode): tot = c_0, then tot = tot + c_s; acc restarts from 0.
     // Large tiles keep tot in y itself (each thread its own elements): registers for a second
     // 64-float array would halve their occupancy.
     if (!split && ((kt + 1) % kSegTiles == 0 || kt + 1 == KT)) {
@@ -250,7 +260,7 @@ __global__ void __launch_bounds__(MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>::k
   }
   if constexpr (kFoldInY) return;  // y already holds the folded sum
 
-  // Accumulator layout: c0,c1 at (row lane/4, cols 2*(lane%4) + {0,1}); c2,c3 at row + 8.
+    // Accumulator layout: c0,c1 at (row lane/4, cols 2*(lane%4) + {0,1}); c2,c3 at row + 8.
 #pragma unroll
   for (int i = 0; i < C::kMt; ++i)
 #pragma unroll
@@ -275,18 +285,22 @@ cudaError_t launch(const bf16_bits* x, int T, const bf16_bits* w, int N, int K, 
     if (e != cudaSuccess) return e;
     attr_set = true;
   }
-  const int segs = int((K + kMatmulKSeg - 1) / kMatmulKSeg);
+  const int64_t kseg = matmul_kseg(N, K);
+  const int segs = int((K + kseg - 1) / kseg);
+  // Segments are whole k-stages of every tiling (kseg is a multiple of 256), or all of K.
+  const int seg_tiles = segs == 1 ? (K + BK - 1) / BK : int(kseg / BK);
   const int64_t tiles = int64_t((N + BN - 1) / BN) * ((T + BM - 1) / BM);
   const bool split = BM == 16 && segs > 1 && tiles <= kMaxTiles && ws &&
                      ws_bytes >= matmul_workspace_bytes(T, N, K);
-  const dim3 grid(unsigned((N + BN - 1) / BN), unsigned((T + BM - 1) / BM),
+  const unsigned col_blocks = unsigned((N + BN - 1) / BN), row_blocks = unsigned((T + BM - 1) / BM);
+  const dim3 grid(BM == 16 ? row_blocks : col_blocks, BM == 16 ? col_blocks : row_blocks,
                   unsigned(split ? segs : 1));
   int* counters = static_cast<int*>(ws);
   float* part =
       split ? reinterpret_cast<float*>(static_cast<char*>(ws) + counter_bytes()) : nullptr;
   kern<<<grid, C::kThreads, C::kSmem, s>>>(reinterpret_cast<const __nv_bfloat16*>(x),
                                            reinterpret_cast<const __nv_bfloat16*>(w), y, T, N, K,
-                                           part, counters);
+                                           seg_tiles, part, counters);
   return cudaGetLastError();
 }
 
@@ -299,14 +313,15 @@ cudaError_t matmul_bf16(const bf16_bits* x, int64_t T, const bf16_bits* w, int64
       (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16)
     return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
-  // A tiling choice only: every variant gives the same bits (tests/gpu). Measured on the H200 (docs/cuda.md): split-K pays where N / 32 blocks leave SMs idle;
-  // without it the deep pipeline does best there.
+  // A tiling choice only: every variant gives the same bits (tests/gpu). Measured on the H200
+  // (docs/cuda.md): split-K pays where N / 32 blocks leave SMs idle; without it the deep pipeline
+  // does best there.
   if (kernel == MatmulKernel::Auto) {
     if (N > 8192) workspace = nullptr, workspace_bytes = 0;
     const bool ws_ok = workspace && workspace_bytes >= matmul_workspace_bytes(T, N, K);
-    kernel = T > 32                ? MatmulKernel::Tile128
-             : ws_ok || N > 8192   ? MatmulKernel::Rows16x32
-                                   : MatmulKernel::Rows16x32Deep;
+    kernel = T > 64              ? MatmulKernel::Tile128
+             : ws_ok || N > 8192 ? MatmulKernel::Rows16x32
+                                 : MatmulKernel::Rows16x32Deep;
   }
   switch (kernel) {
     case MatmulKernel::Rows16x16:
