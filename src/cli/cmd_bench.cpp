@@ -113,9 +113,11 @@ int run_bench(const BenchArgs& a) {
                        logits.data(), false);
       pre.push_back(now_s() - t0);
       t0 = now_s();
+      // Greedy decode; the argmax is taken where the logits are (on CUDA only ids come back).
+      int32_t next = argmax(logits);
       for (int64_t i = 0; i < a.n; ++i) {
-        const int32_t tok[1] = {argmax(logits)};
-        model->forward(*be, *pool, seq, tok, logits.data(), false);
+        const int32_t tok[1] = {next};
+        model->forward(*be, *pool, seq, tok, logits.data(), false, &next);
       }
       dec.push_back(now_s() - t0);
     }

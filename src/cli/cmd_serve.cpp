@@ -98,6 +98,12 @@ int run_serve(ServeArgs a) {
   srv.run();
   if (!ctx.stopping.exchange(true)) pthread_kill(sig_thread.native_handle(), SIGTERM);
   sig_thread.join();
+  const EngineStats st = engine.stats();
+  std::fprintf(stderr,
+               "basalt serve: %lld engine steps, %.2f s in steps, %.2f s of it in forward "
+               "passes; %lld completion tokens\n",
+               (long long)st.steps, st.step_seconds, st.forward_seconds,
+               (long long)st.completion_tokens_total);
   return 0;
 }
 

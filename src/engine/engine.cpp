@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "core/error.h"
@@ -189,9 +190,26 @@ bool Engine::step() {
     ++i;
   }
   if (batch.empty()) return true;
+  const auto t0 = std::chrono::steady_clock::now();
   const int64_t V = model_.config().vocab;
   logits_.resize(batch.size() * size_t(V));
-  model_.forward(be_, *pool_, batch, logits_.data());
+  // When every sequence that picks a token now decodes greedily (no penalties, no log-probs),
+  // the argmax is taken where the logits are and only the ids come back.
+  auto plain_greedy = [](const EngineRequest& r) {
+    const SamplingParams& p = r.sampling;
+    return p.greedy() && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+           p.frequency_penalty == 0.0f && !r.logprobs && r.top_logprobs == 0 &&
+           r.forced_output.empty();
+  };
+  bool ids_only = true;
+  for (size_t b = 0; b < in_batch.size(); ++b) {
+    const Seq& s = *in_batch[b];
+    const bool picks = s.kv.length + int64_t(batch[b].tokens.size()) >= int64_t(s.history.size());
+    if (picks && !plain_greedy(s.req)) ids_only = false;
+  }
+  argmax_.resize(batch.size());
+  model_.forward(be_, *pool_, batch, logits_.data(), ids_only ? argmax_.data() : nullptr);
+  const auto t1 = std::chrono::steady_clock::now();
 
   // Sequences whose tokens are all fed now pick their next token.
   const ModelConfig& c = model_.config();
@@ -215,8 +233,16 @@ bool Engine::step() {
       }
       tok = r.forced_output[size_t(s.generated)];
     } else {
-      std::vector<float> work(raw.begin(), raw.end());
-      tok = sample_token(work, r.sampling, s.history, int64_t(s.history.size()));
+      const SamplingParams& sp = r.sampling;
+      if (ids_only) {
+        tok = argmax_[b];  // computed with the logits (plain greedy: the same choice)
+      } else if (sp.greedy() && sp.repetition_penalty == 1.0f && sp.presence_penalty == 0.0f &&
+                 sp.frequency_penalty == 0.0f) {
+        tok = argmax(raw);  // the same choice as sample_token, without copying V logits
+      } else {
+        std::vector<float> work(raw.begin(), raw.end());
+        tok = sample_token(work, sp, s.history, int64_t(s.history.size()));
+      }
     }
     const bool eos =
         !r.ignore_eos && std::find(c.eos_ids.begin(), c.eos_ids.end(), tok) != c.eos_ids.end();
@@ -246,6 +272,10 @@ bool Engine::step() {
   std::lock_guard<std::mutex> lk(mu_);
   stats_.running = int64_t(running_.size());
   stats_.kv_blocks_used = pool_->blocks_used();
+  ++stats_.steps;
+  stats_.forward_seconds += std::chrono::duration<double>(t1 - t0).count();
+  stats_.step_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return true;
 }
 

@@ -63,6 +63,9 @@ struct EngineStats {
   int64_t prefix_cache_hit_tokens = 0;
   int64_t preemptions = 0;
   int64_t kv_blocks_used = 0, kv_blocks_total = 0;
+  // Where the engine thread's time goes: steps, their wall time, the forward passes in them.
+  int64_t steps = 0;
+  double step_seconds = 0, forward_seconds = 0;
 };
 
 class Engine {
@@ -109,6 +112,7 @@ class Engine {
   bool stop_ = false;
   EngineStats stats_;
   std::vector<float> logits_;
+  std::vector<int32_t> argmax_;
   std::thread thread_;
 };
 

@@ -79,10 +79,14 @@ class Model {
     std::span<const int32_t> tokens;
     bool all_logits = false;
   };
-  void forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch, float* logits);
+  // With `argmax` (rows entries), argmax[r] = the index of row r's largest logit (lowest on
+  // ties), computed where the logits are: a device backend then does not copy the logits back
+  // (`logits` is left unspecified), which is what greedy decoding needs.
+  void forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch, float* logits,
+               int32_t* argmax = nullptr);
   // One sequence: reserves its blocks (throws when the pool is full), then runs the pass.
   void forward(Backend& be, KvPool& pool, KvSequence& seq, std::span<const int32_t> tokens,
-               float* logits, bool all_logits);
+               float* logits, bool all_logits, int32_t* argmax = nullptr);
   // A pool for `tokens` positions in the backend's memory and KV dtype, in blocks of
   // `block_size` rounded up to the backend's block multiple.
   std::unique_ptr<KvPool> new_kv_pool(Backend& be, int64_t tokens, int64_t block_size = 16) const;
@@ -121,6 +125,7 @@ class Model {
     uint64_t generation = 0;  // bumps when the arena moves
     float *x = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *gate = nullptr,
           *up = nullptr, *cos = nullptr, *sin = nullptr, *logits = nullptr;
+    int32_t* argmax = nullptr;
     void *xn = nullptr, *att = nullptr, *act = nullptr;
   };
   void ensure_scratch(Backend& be, int64_t T, int64_t rows);

@@ -184,7 +184,10 @@ memory::Program Model::scratch_program(const Backend& be, int64_t T, int64_t row
   p.op();  // 11 down projection
   p.use(a);
   p.op();  // 12 final norm, LM head
-  if (!be.host_memory()) p.value("logits", n(rows, c.vocab, f32));
+  if (!be.host_memory()) {
+    p.value("logits", n(rows, c.vocab, f32));
+    p.value("argmax", n(rows, 1, 4));
+  }
   for (int id : {x, o, cs, sn, xn}) p.use(id);
   return p;
 }
@@ -208,19 +211,20 @@ void Model::ensure_scratch(Backend& be, int64_t T, int64_t rows) {
   for (size_t i = 0; i < prog.values().size(); ++i) {
     void* ptr = static_cast<char*>(s.arena) + plan.offsets[i];
     const std::string& name = prog.values()[i].name;
-    void** slot = name == "x"      ? reinterpret_cast<void**>(&s.x)
-                  : name == "o"    ? reinterpret_cast<void**>(&s.o)
-                  : name == "cos"  ? reinterpret_cast<void**>(&s.cos)
-                  : name == "sin"  ? reinterpret_cast<void**>(&s.sin)
-                  : name == "xn"   ? &s.xn
-                  : name == "q"    ? reinterpret_cast<void**>(&s.q)
-                  : name == "k"    ? reinterpret_cast<void**>(&s.k)
-                  : name == "v"    ? reinterpret_cast<void**>(&s.v)
-                  : name == "att"  ? &s.att
-                  : name == "gate" ? reinterpret_cast<void**>(&s.gate)
-                  : name == "up"   ? reinterpret_cast<void**>(&s.up)
-                  : name == "act"  ? &s.act
-                                   : reinterpret_cast<void**>(&s.logits);
+    void** slot = name == "x"        ? reinterpret_cast<void**>(&s.x)
+                  : name == "o"      ? reinterpret_cast<void**>(&s.o)
+                  : name == "cos"    ? reinterpret_cast<void**>(&s.cos)
+                  : name == "sin"    ? reinterpret_cast<void**>(&s.sin)
+                  : name == "xn"     ? &s.xn
+                  : name == "q"      ? reinterpret_cast<void**>(&s.q)
+                  : name == "k"      ? reinterpret_cast<void**>(&s.k)
+                  : name == "v"      ? reinterpret_cast<void**>(&s.v)
+                  : name == "att"    ? &s.att
+                  : name == "gate"   ? reinterpret_cast<void**>(&s.gate)
+                  : name == "up"     ? reinterpret_cast<void**>(&s.up)
+                  : name == "act"    ? &s.act
+                  : name == "argmax" ? reinterpret_cast<void**>(&s.argmax)
+                                     : reinterpret_cast<void**>(&s.logits);
     *slot = ptr;
   }
   s.be = &be;
@@ -231,14 +235,15 @@ void Model::ensure_scratch(Backend& be, int64_t T, int64_t rows) {
 }
 
 void Model::forward(Backend& be, KvPool& pool, KvSequence& seq, std::span<const int32_t> tokens,
-                    float* logits, bool all_logits) {
+                    float* logits, bool all_logits, int32_t* argmax) {
   if (!pool.reserve(seq, int64_t(tokens.size())))
     fail("[model] the KV cache is full: {} + {} positions do not fit", seq.length, tokens.size());
   const BatchItem item{&seq, tokens, all_logits};
-  forward(be, pool, std::span(&item, 1), logits);
+  forward(be, pool, std::span(&item, 1), logits, argmax);
 }
 
-void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch, float* logits) {
+void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch, float* logits,
+                    int32_t* argmax) {
   const ModelConfig& c = cfg_;
   const int64_t E = c.hidden, H = c.n_heads, Hkv = c.n_kv_heads, D = c.head_dim, F = c.intermediate,
                 V = c.vocab;
@@ -283,6 +288,8 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
   be.begin_pass(pr);
   // The program's identity: the row layout, the arena and the cache it writes.
   mix(uint64_t(T)), mix(s.generation), mix(reinterpret_cast<uintptr_t>(pool.k(0)));
+  mix(argmax ? 1 : 0);
+  int32_t* ids_out = be.host_memory() ? argmax : s.argmax;
   float* out = be.host_memory() ? logits : s.logits;
 
   be.run(key, [&] {
@@ -342,9 +349,14 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
       first += n;
     }
     be.matmul(s.xn, r, w.lm_head, out);
+    if (argmax) be.argmax_rows(out, r, V, ids_out);
   });
   for (const BatchItem& it : batch) pool.commit(*it.seq, it.tokens);
-  if (!be.host_memory()) be.download(logits, s.logits, size_t(rows * V) * sizeof(float));
+  if (be.host_memory()) return;
+  if (argmax)
+    be.download(argmax, s.argmax, size_t(rows) * sizeof(int32_t));
+  else
+    be.download(logits, s.logits, size_t(rows * V) * sizeof(float));
 }
 
 }  // namespace basalt

@@ -145,6 +145,9 @@ class Backend {
   virtual void swiglu(const float* gate, const float* up, void* out, int64_t n) = 0;
   // y[i] += x[i]
   virtual void add(float* y, const float* x, int64_t n) = 0;
+  // out[r] = the index of the largest of x[r, :] (lowest index on ties; rows × n f32). out is
+  // in backend memory.
+  virtual void argmax_rows(const float* x, int64_t rows, int64_t n, int32_t* out) = 0;
 
   uint64_t id() const { return id_; }  // unique per backend object (never reused)
 
@@ -177,6 +180,7 @@ class HostBackend : public Backend {
   void rope_angles(const float* inv_freq, int64_t half, float* cos, float* sin) override;
   void add_bias(float* y, const float* b, int64_t T, int64_t n) override;
   void kv_write(const float* k, const float* v, void* k_cache, void* v_cache, int64_t row) override;
+  void argmax_rows(const float* x, int64_t rows, int64_t n, int32_t* out) override;
 
  protected:
   PassRows rows_;

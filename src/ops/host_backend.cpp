@@ -87,4 +87,14 @@ void HostBackend::kv_write(const float* k, const float* v, void* k_cache, void* 
   }
 }
 
+void HostBackend::argmax_rows(const float* x, int64_t rows, int64_t n, int32_t* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * n;
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; ++i)
+      if (row[i] > row[best]) best = i;
+    out[r] = int32_t(best);
+  }
+}
+
 }  // namespace basalt

@@ -451,6 +451,29 @@ void test_small_ops() {
   check(ok, "kv_write rows at their slots, bf16 bitwise");
 }
 
+// argmax_rows: the first maximum of each row (ties planted on purpose), as the host's loop.
+void test_argmax() {
+  const int64_t rows = 5, n = 100003;
+  auto x = rand_f32(rows * n, -5, 5);
+  x[1 * n + 7] = x[1 * n + 90000] = 9.0f;               // tie: index 7 wins
+  x[2 * n + n - 1] = 9.5f;                              // the last element
+  x[3 * n + 0] = 9.0f;                                  // the first element
+  for (int64_t i = 0; i < n; ++i) x[4 * n + i] = 1.0f;  // all equal: 0
+  Dev<float> dx(rows * n);
+  Dev<int32_t> dout(rows);
+  dx.up(x);
+  CK(bc::argmax_rows(dx.p, rows, n, dout.p, nullptr));
+  const auto got = dout.down();
+  bool ok = true;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; ++i)
+      if (x[r * n + i] > x[r * n + best]) best = i;
+    ok &= got[r] == best;
+  }
+  check(ok, "argmax_rows == the host's first maximum (ties, first, last, all equal)");
+}
+
 // Paged attention: two sequences in one pass, their blocks scattered through the cache, give
 // bitwise the rows of each sequence's contiguous-cache run (block sizes 64 and 128).
 void test_paged_attention() {
@@ -551,6 +574,7 @@ int main() {
   test_attention({130, 4, 2, 32}, true);
   test_attention({1100, 32, 8, 128}, false);
   test_small_ops();
+  test_argmax();
   test_paged_attention();
   std::printf("%s: %d failure(s)\n", g_failures ? "FAILED" : "ALL PASSED", g_failures);
   return g_failures ? 1 : 0;

@@ -116,6 +116,24 @@ void exactness(const std::string& label, const std::string& path) {
                   (be == eager.get() ? " (no graphs)" : " (graphs)"));
   }
 
+  // Greedy ids taken on the device == the host's argmax of the same rows.
+  {
+    auto pool = m->new_kv_pool(*gpu, T);
+    KvSequence seq;
+    std::vector<float> last(static_cast<size_t>(V));
+    int32_t id = -1;
+    bool ok = true;
+    for (int64_t p = 0; p < 80 && ok; ++p) {
+      m->forward(*gpu, *pool, seq, std::span(ids).subspan(size_t(p), 1), last.data(), false, &id);
+      const float* row = whole.data() + p * V;
+      int32_t want = 0;
+      for (int64_t v = 1; v < V; ++v)
+        if (row[v] > row[want]) want = int32_t(v);
+      ok = id == want;
+    }
+    check(ok, label + ": device argmax ids == host argmax of the logits, 80 decode steps");
+  }
+
   // Three sequences in one pass (different lengths and positions) == each alone.
   {
     auto pool = m->new_kv_pool(*gpu, 3 * T);

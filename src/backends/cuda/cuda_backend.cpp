@@ -379,6 +379,9 @@ class CudaBackend final : public Backend {
     op("swiglu", 0, 0,
        [&] { return cuda::swiglu(gate, up, static_cast<bf16_bits*>(out), n, stream_); });
   }
+  void argmax_rows(const float* x, int64_t rows, int64_t n, int32_t* out) override {
+    op("argmax", 0, 0, [&] { return cuda::argmax_rows(x, rows, n, out, stream_); });
+  }
   void add(float* y, const float* x, int64_t n) override {
     op("add", 0, 0, [&] { return add_f32(y, x, n, stream_); });
   }

@@ -168,6 +168,35 @@ __global__ void kv_write_kernel(const float* k, const float* v, const int32_t* s
   }
 }
 
+// One block per row: each thread keeps its strided elements' (max, lowest index), then a tree
+// over threads picks the larger value, the lower index on ties: the host's first-maximum rule.
+constexpr int kArgmaxThreads = 1024;
+__global__ void __launch_bounds__(kArgmaxThreads)
+    argmax_kernel(const float* __restrict__ x, int64_t n, int32_t* __restrict__ out) {
+  __shared__ float sv[kArgmaxThreads];
+  __shared__ int32_t si[kArgmaxThreads];
+  const float* row = x + int64_t(blockIdx.x) * n;
+  float best = -INFINITY;
+  int32_t bi = int32_t(n);  // "none yet": loses every tie
+  for (int64_t i = threadIdx.x; i < n; i += kArgmaxThreads) {
+    const float v = row[i];
+    if (v > best || (bi == int32_t(n) && !(v < best))) best = v, bi = int32_t(i);
+  }
+  sv[threadIdx.x] = best;
+  si[threadIdx.x] = bi;
+  __syncthreads();
+  for (int s = kArgmaxThreads / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      const float ov = sv[threadIdx.x + s];
+      const int32_t oi = si[threadIdx.x + s];
+      if (ov > sv[threadIdx.x] || (ov == sv[threadIdx.x] && oi < si[threadIdx.x]))
+        sv[threadIdx.x] = ov, si[threadIdx.x] = oi;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = si[0] < int32_t(n) ? si[0] : 0;
+}
+
 unsigned grid_1d(int64_t n, int threads) {
   const int64_t b = (n + threads - 1) / threads;
   return unsigned(b < 65535 * 16 ? (b > 0 ? b : 1) : 65535 * 16);
@@ -232,6 +261,13 @@ cudaError_t convert_f32_bf16(const float* in, bf16_bits* out, int64_t n, cudaStr
   if (n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   convert_kernel<<<grid_1d(n, 256), 256, 0, s>>>(in, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t argmax_rows(const float* x, int64_t rows, int64_t n, int32_t* out, cudaStream_t s) {
+  if (rows < 0 || n <= 0 || n > 0x7fffffff || rows > 0x7fffffff) return cudaErrorInvalidValue;
+  if (rows == 0) return cudaSuccess;
+  argmax_kernel<<<unsigned(rows), kArgmaxThreads, 0, s>>>(x, n, out);
   return cudaGetLastError();
 }
 
