@@ -35,10 +35,12 @@ __global__ void embedding_kernel(const bf16_bits* table, int64_t V, int64_t E, c
         (id >= 0 && id < V) ? bf(table[int64_t(id) * E + i]) : __int_as_float(0x7fc00000);
 }
 
-constexpr int kNormThreads = 256;
+constexpr int kNormThreads = 1024;
 
-// Each thread's elements i = tid, tid + 256, ... are summed in that order; loads are issued
-// kNormUnroll at a time (independent of the sum's order) so a row is not a chain of latencies.
+// Each thread's elements i = tid, tid + 1024, ... are summed in that order, then a butterfly
+// over lanes, then the 32 warps in order: one order per n. The loads are issued kNormUnroll at a
+// time and, for rows up to 8192 values, kept in registers for the output (a decode row is a few
+// memory round trips, not a chain of them).
 constexpr int kNormUnroll = 8;
 
 __global__ void __launch_bounds__(kNormThreads)
@@ -48,9 +50,10 @@ __global__ void __launch_bounds__(kNormThreads)
   __shared__ float warp_ss[kNormThreads / 32];
   const int64_t r = blockIdx.x;
   float* xr = x + r * n;
+  const bool cached = n <= int64_t(kNormThreads) * kNormUnroll;
+  float v[kNormUnroll];
   float ss = 0.0f;
   for (int64_t base = threadIdx.x; base < n; base += int64_t(kNormThreads) * kNormUnroll) {
-    float v[kNormUnroll];
 #pragma unroll
     for (int u = 0; u < kNormUnroll; ++u) {
       const int64_t i = base + int64_t(u) * kNormThreads;
@@ -77,9 +80,17 @@ __global__ void __launch_bounds__(kNormThreads)
 #pragma unroll
   for (int i = 1; i < kNormThreads / 32; ++i) tot = __fadd_rn(tot, warp_ss[i]);
   const float inv = __frcp_rn(__fsqrt_rn(__fadd_rn(__fdiv_rn(tot, float(n)), eps)));
+  if (cached) {
+#pragma unroll
+    for (int u = 0; u < kNormUnroll; ++u) {
+      const int64_t i = threadIdx.x + int64_t(u) * kNormThreads;
+      if (i < n) y[r * n + i] = to_bf(__fmul_rn(__fmul_rn(v[u], inv), w[i]));
+    }
+  } else {
 #pragma unroll 4
-  for (int64_t i = threadIdx.x; i < n; i += kNormThreads)
-    y[r * n + i] = to_bf(__fmul_rn(__fmul_rn(xr[i], inv), w[i]));
+    for (int64_t i = threadIdx.x; i < n; i += kNormThreads)
+      y[r * n + i] = to_bf(__fmul_rn(__fmul_rn(xr[i], inv), w[i]));
+  }
 }
 
 __global__ void head_rmsnorm_kernel(float* x, const float* w, int64_t rows, int64_t D, float eps) {

@@ -26,7 +26,7 @@ cudaError_t embedding(const bf16_bits* table, int64_t V, int64_t E, const int32_
 
 // Fused residual add + RMSNorm over rows of n: if delta != nullptr, x[r, :] += delta[r, :] (x f32,
 // in place); then y[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) * w   (w f32 [n], y bf16).
-// One block of 256 threads per row; the sum of squares has one fixed order per n.
+// One block of 1024 threads per row; the sum of squares has one fixed order per n.
 cudaError_t rmsnorm_residual(float* x, const float* delta, const float* w, bf16_bits* y,
                              int64_t rows, int64_t n, float eps, cudaStream_t s);
 
