@@ -14,10 +14,7 @@ Generation::Generation(ServerContext& ctx, GenSpec spec)
       stop_(spec.stop),
       want_logprobs_(spec.logprobs),
       start_(clk::now()) {
-  if (spec.parser) {
-    spec.parser->stop_strings.clear();  // matched here, before parsing (we report which one)
-    parser_ = std::make_unique<OutputParser>(*spec.parser);
-  }
+  if (spec.parser) parser_ = std::make_unique<OutputParser>(*spec.parser);
   std::weak_ptr<Channel> wch = ch_;
   try {
     id_ = ctx_.engine.submit(std::move(spec.req), [wch](const TokenEvent& te) {
@@ -155,7 +152,6 @@ void Generation::parse(const std::string& text, bool end, std::vector<GenEvent>&
     evs.push_back(ParserEvent{ParserEvent::Content, text});
   }
   for (ParserEvent& pe : evs) {
-    if (pe.kind == ParserEvent::Stop) continue;
     GenEvent e;
     e.kind = pe.kind;
     e.text = std::move(pe.text);

@@ -28,7 +28,7 @@ struct TokenLogprob {
 };
 
 struct GenEvent {
-  ParserEvent::Kind kind = ParserEvent::Content;  // never Stop (that ends the generation)
+  ParserEvent::Kind kind = ParserEvent::Content;
   std::string text;
   int index = 0;
   std::string id, name;

@@ -35,20 +35,6 @@ size_t utf8_complete_prefix(std::string_view s) {
   return n;
 }
 
-// Longest suffix of s that is a proper prefix of one of `strings`.
-size_t partial_suffix(std::string_view s, const std::vector<std::string>& strings) {
-  size_t hold = 0;
-  for (const auto& m : strings) {
-    for (size_t k = std::min(m.size() - 1, s.size()); k > hold; --k) {
-      if (s.ends_with(std::string_view(m).substr(0, k))) {
-        hold = k;
-        break;
-      }
-    }
-  }
-  return hold;
-}
-
 }  // namespace
 
 namespace detail {
@@ -89,7 +75,6 @@ OutputParser::OutputParser(ParserOptions opt) : opt_(std::move(opt)) {
   } else {
     mode_ = Mode::ContentStart;
   }
-  std::erase_if(opt_.stop_strings, [](const std::string& s) { return s.empty(); });
 }
 
 std::vector<ParserEvent> OutputParser::push(std::string_view delta) {
@@ -101,27 +86,7 @@ std::vector<ParserEvent> OutputParser::push(std::string_view delta) {
   std::string text = utf8_tail_.substr(0, n);
   utf8_tail_.erase(0, n);
 
-  if (opt_.stop_strings.empty()) {
-    feed(text);
-  } else {
-    stop_buf_ += text;
-    size_t hit = std::string::npos;
-    for (const auto& s : opt_.stop_strings) hit = std::min(hit, stop_buf_.find(s));
-    if (hit != std::string::npos) {
-      feed(std::string_view(stop_buf_).substr(0, hit));
-      stop_buf_.clear();
-      utf8_tail_.clear();
-      final_ = true;
-      run();
-      close_at_end();
-      stopped_ = finished_ = true;
-      out.push_back({ParserEvent::Stop, {}, 0, {}, {}});
-    } else {
-      size_t keep = partial_suffix(stop_buf_, opt_.stop_strings);
-      feed(std::string_view(stop_buf_).substr(0, stop_buf_.size() - keep));
-      stop_buf_.erase(0, stop_buf_.size() - keep);
-    }
-  }
+  feed(text);
   out_ = nullptr;
   return out;
 }
@@ -131,10 +96,8 @@ std::vector<ParserEvent> OutputParser::finish() {
   if (finished_) return out;
   out_ = &out;
   // An incomplete UTF-8 character at the very end cannot complete any more.
-  if (!utf8_tail_.empty()) stop_buf_ += kReplacement;
+  if (!utf8_tail_.empty()) feed(kReplacement);
   utf8_tail_.clear();
-  feed(stop_buf_);  // held only as a possible stop-string start: it was not one
-  stop_buf_.clear();
   final_ = true;
   run();
   close_at_end();

@@ -31,7 +31,6 @@ struct ParserOptions {
   bool reasoning = false;            // the model emits <think>…</think> at the start
   bool starts_in_reasoning = false;  // the prompt already opened <think> (a leading <think>
                                      // from the model is then swallowed: both template styles)
-  std::vector<std::string> stop_strings;
   // QwenXml only: tool name → parameter name → JSON-schema "type" ("string", "integer",
   // "number", "boolean", "object", "array"). Known types decide how a value converts;
   // unknown ones use the heuristic in docs/tool_calls.md. Fill with add_tool_schema.
@@ -45,8 +44,6 @@ struct ParserEvent {
     ToolCallBegin,  // id, name, index
     ToolCallArgs,   // text: the next piece of the arguments JSON string
     ToolCallEnd,    // index
-    Stop,           // a stop string was hit: generation must end; all text before it has been
-                    // emitted (the stop string never is) and the parser is finished
   } kind;
   std::string text;  // Content/Reasoning delta, or arguments delta
   int index = 0;     // tool call index within the message
@@ -62,16 +59,15 @@ class OutputParser {
   explicit OutputParser(ParserOptions opt);
 
   // Feeds the next decoded text (may split markers or UTF-8 characters anywhere); returns the
-  // events that are certain now. After a Stop event, further calls return nothing.
+  // events that are certain now. Stop strings are matched before the parser (StopMatcher).
   std::vector<ParserEvent> push(std::string_view delta);
   // End of generation: flushes held-back text and closes what is open.
   std::vector<ParserEvent> finish();
 
-  // The whole message so far (complete after finish() or Stop).
+  // The whole message so far (complete after finish()).
   const std::string& content() const { return content_; }
   const std::string& reasoning() const { return reasoning_; }
   const std::vector<ToolCall>& tool_calls() const { return calls_; }
-  bool stopped() const { return stopped_; }  // a stop string ended the generation
 
  private:
   enum class Mode {
@@ -131,10 +127,8 @@ class OutputParser {
   bool trim_ = false;  // reasoning or tools on: whitespace around blocks is not content
 
   std::string utf8_tail_;  // an incomplete UTF-8 character
-  std::string stop_buf_;   // text that could still start a stop string
   std::string buf_;        // text not yet resolved by the mode machine
   bool final_ = false;
-  bool stopped_ = false;
   bool finished_ = false;
   std::vector<ParserEvent>* out_ = nullptr;
 

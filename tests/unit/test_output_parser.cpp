@@ -23,7 +23,6 @@ struct Result {
   std::vector<ParserEvent> events;
   std::string content, reasoning;
   std::vector<OutputParser::ToolCall> calls;
-  bool stopped = false;
 };
 
 bool valid_utf8(std::string_view s) {
@@ -56,19 +55,18 @@ Result run(const ParserOptions& opt, const Pieces& pieces) {
   r.content = p.content();
   r.reasoning = p.reasoning();
   r.calls = p.tool_calls();
-  r.stopped = p.stopped();
   return r;
 }
 
-// Adjacent deltas of one kind merged, ids left out: "R[..] C[..] B0(name) A0[..] E0 S".
+// Adjacent deltas of one kind merged, ids left out: "R[..] C[..] B0(name) A0[..] E0".
 std::string show(const std::vector<ParserEvent>& events) {
   std::string s;
-  ParserEvent::Kind last = ParserEvent::Stop;
+  int last = -1;  // the previous event's kind
   int last_index = -1;
   for (const auto& e : events) {
     bool delta = e.kind == ParserEvent::Content || e.kind == ParserEvent::Reasoning ||
                  e.kind == ParserEvent::ToolCallArgs;
-    if (delta && last == e.kind && last_index == e.index && !s.empty() && s.back() == ']') {
+    if (delta && last == int(e.kind) && last_index == e.index && !s.empty() && s.back() == ']') {
       s.insert(s.size() - 1, e.text);
       continue;
     }
@@ -90,11 +88,8 @@ std::string show(const std::vector<ParserEvent>& events) {
       case ParserEvent::ToolCallEnd:
         s.append("E").append(i);
         break;
-      case ParserEvent::Stop:
-        s.append("S");
-        break;
     }
-    last = e.kind;
+    last = int(e.kind);
     last_index = e.index;
   }
   return s;
@@ -398,34 +393,7 @@ TEST(OutputParser, Llama3PlainContent) {
                "C[brave_search.call(query=\"weather\")]");
 }
 
-// ---- stop strings, UTF-8, pass-through ----
-
-TEST(OutputParser, StopStrings) {
-  ParserOptions o;
-  o.stop_strings = {"STOP", "\n\nUser:"};
-  auto r = expect_parse(o, "STOkay, STO and ST. Done STOP this is not emitted",
-                        "C[STOkay, STO and ST. Done ] S");
-  EXPECT_TRUE(r.stopped);
-  expect_parse(o, "Answer: 4\n\nUser: next", "C[Answer: 4] S");
-  expect_parse(o, "no stop here, ends with ST", "C[no stop here, ends with ST]");
-  // Stops are matched on the raw text, reasoning included, and close an open call.
-  ParserOptions q = qwen3();
-  q.stop_strings = {"<|im_end|>"};
-  expect_parse(q, "<think>\nhmm\n</think>\n\nHi!<|im_end|>ignored", "R[hmm] C[Hi!] S");
-  expect_parse(q, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}<|im_end|>",
-               "B0(f) A0[{\"a\":1}] E0 S");
-}
-
-TEST(OutputParser, StopThenNothing) {
-  ParserOptions o;
-  o.stop_strings = {"END"};
-  OutputParser p(o);
-  EXPECT_EQ(show(p.push("abc EN")), "C[abc ]");
-  EXPECT_EQ(show(p.push("D more")), "S");
-  EXPECT_TRUE(p.push("text").empty());
-  EXPECT_TRUE(p.finish().empty());
-  EXPECT_EQ(p.content(), "abc ");
-}
+// ---- UTF-8, pass-through (stop strings: StopMatcher, test_server_request.cpp) ----
 
 TEST(OutputParser, Utf8SplitAnywhere) {
   expect_parse(qwen3(), "<think>\n思考中…🙂\n</think>\n\nRéponse : ça va 🙂 — 東京",
