@@ -48,9 +48,14 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
 
   t0 = now_s();
   st.stop_reason = "length";
+  // Plain greedy: the argmax is taken where the logits are (a GPU sends back one id).
+  const SamplingParams& sp = opt.sampling;
+  const bool plain_greedy = sp.greedy() && sp.repetition_penalty == 1.0f &&
+                            sp.presence_penalty == 0.0f && sp.frequency_penalty == 0.0f;
+  int32_t next = plain_greedy ? argmax(logits) : -1;
   for (int64_t i = 0; i < opt.max_new_tokens; ++i) {
     const int64_t pos = int64_t(history.size());
-    const int32_t tok = sample_token(logits, opt.sampling, history, pos);
+    const int32_t tok = plain_greedy ? next : sample_token(logits, opt.sampling, history, pos);
     history.push_back(tok);
     const bool is_eos = std::find(c.eos_ids.begin(), c.eos_ids.end(), tok) != c.eos_ids.end();
     if (is_eos && !opt.ignore_eos) {
@@ -72,7 +77,7 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
       break;
     }
     const int32_t one[1] = {tok};
-    model_.forward(be_, *pool, seq, one, logits.data(), false);
+    model_.forward(be_, *pool, seq, one, logits.data(), false, plain_greedy ? &next : nullptr);
   }
   st.decode_s = now_s() - t0;
   return st;
