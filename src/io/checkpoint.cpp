@@ -13,12 +13,15 @@ namespace basalt::io {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string json_error_detail(const json::parse_error& e) {
-  // what() reads "[json.exception.parse_error.101] parse error at line 1, column 2: DETAIL".
+std::string json_error_detail(const json::exception& e) {
+  // what() reads "[json.exception.parse_error.101] parse error at line 1, column 2: DETAIL",
+  // or "[json.exception.out_of_range.406] number overflow parsing '1e999'".
   std::string_view w = e.what();
   size_t at = w.find("parse error");
   size_t colon = at == std::string_view::npos ? at : w.find(": ", at);
-  return std::string(colon == std::string_view::npos ? w : w.substr(colon + 2));
+  if (colon != std::string_view::npos) return std::string(w.substr(colon + 2));
+  size_t tag = w.starts_with("[json.exception.") ? w.find("] ") : std::string_view::npos;
+  return std::string(tag == std::string_view::npos ? w : w.substr(tag + 2));
 }
 
 size_t json_error_offset(const json::parse_error& e) {
@@ -30,6 +33,8 @@ json json_parse(std::string_view text, const std::string& name) {
     return json::parse(text);
   } catch (const json::parse_error& e) {
     fail("[json] {}: parse error at byte {}: {}", name, json_error_offset(e), json_error_detail(e));
+  } catch (const json::exception& e) {  // out_of_range 406: a number beyond double, 1e999
+    fail("[json] {}: parse error: {}", name, json_error_detail(e));
   }
 }
 

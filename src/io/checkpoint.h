@@ -32,8 +32,9 @@ Checkpoint checkpoint_open(const std::string& path);
 nlohmann::json json_load_file(const std::string& path);
 // The same for JSON text held in memory; name stands for the file in messages.
 nlohmann::json json_parse(std::string_view text, const std::string& name);
-// The part of a parse error after nlohmann's "[json.exception...] parse error at ...: " prefix.
-std::string json_error_detail(const nlohmann::json::parse_error& e);
+// The part of a parse error after nlohmann's "[json.exception...] parse error at ...: " prefix
+// (of any other json exception, e.g. out_of_range 406 for 1e999: after "[json.exception...] ").
+std::string json_error_detail(const nlohmann::json::exception& e);
 // 0-based offset of the byte where parsing failed (nlohmann's e.byte counts from 1).
 size_t json_error_offset(const nlohmann::json::parse_error& e);
 

@@ -298,12 +298,16 @@ GgufFile gguf_parse(const Blob& blob) {
     if (n_dims > kMaxDims)
       fail("[gguf] {}: tensor '{}' has {} dimensions (at most {})", file, tn, n_dims, kMaxDims);
     std::vector<int64_t> ne(n_dims);
-    int64_t numel = 1;
+    // The product of the non-zero dims must fit, so no order of multiplying the shape overflows
+    // (TensorView::numel goes outermost first; ne[] = {0, 2^62, 2^62} overflowed it: fuzz_gguf).
+    int64_t numel = 1, nonzero = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       uint64_t x = r.read<uint64_t>(tn);
-      if (x > uint64_t(INT64_MAX) || __builtin_mul_overflow(numel, int64_t(x), &numel))
+      if (x > uint64_t(INT64_MAX) ||
+          (x != 0 && __builtin_mul_overflow(nonzero, int64_t(x), &nonzero)))
         fail("[gguf] {}: tensor '{}' has an absurd dimension {}", file, tn, x);
       ne[d] = int64_t(x);
+      numel *= ne[d];  // 0 or equal to nonzero: cannot overflow
     }
     uint32_t type = r.read<uint32_t>(tn);
     in.offset = r.read<uint64_t>(tn);
@@ -313,11 +317,13 @@ GgufFile gguf_parse(const Blob& blob) {
       fail("[gguf] {}: tensor '{}' has unsupported tensor type {}", file, tn, tname);
     }
     int be = dtype_block_elems(in.t.dtype);
-    if (n_dims > 0 && ne[0] % be != 0)
+    // A 0-dim tensor is one element (a 0-dim Q8_0 one got 0 bytes for it: fuzz_gguf).
+    int64_t row = n_dims > 0 ? ne[0] : 1;
+    if (row % be != 0)
       fail(
           "[gguf] {}: tensor '{}' has rows of {} elements, not a whole number of {}-element {} "
           "blocks",
-          file, tn, ne[0], be, dtype_name(in.t.dtype));
+          file, tn, row, be, dtype_name(in.t.dtype));
     in.t.shape.assign(ne.rbegin(), ne.rend());  // GGUF lists innermost first
     uint64_t blocks = uint64_t(numel) / uint64_t(be);
     uint64_t nb = blocks * uint64_t(dtype_block_bytes(in.t.dtype));

@@ -42,14 +42,18 @@ std::vector<int64_t> parse_shape(const json& j, const std::string& file, const s
   return shape;
 }
 
-// Returns numel, or fails when the product overflows int64 (no real tensor is that big).
+// Returns numel, or fails when the product overflows int64 (no real tensor is that big). The
+// product of the non-zero dims must fit too, so no order of multiplying the shape overflows:
+// [0, 2^40, 2^40] has no elements but its last two dims multiply past int64.
 int64_t checked_numel(const std::vector<int64_t>& shape, const std::string& file,
                       const std::string& name) {
-  int64_t n = 1;
-  for (int64_t d : shape)
-    if (__builtin_mul_overflow(n, d, &n))
+  int64_t n = 1, nonzero = 1;
+  for (int64_t d : shape) {
+    if (d != 0 && __builtin_mul_overflow(nonzero, d, &nonzero))
       fail("[safetensors] {}: tensor '{}' has shape {} whose element count overflows", file, name,
            shape_str(shape));
+    n *= d;  // 0 or equal to nonzero: cannot overflow
+  }
   return n;
 }
 
@@ -116,6 +120,8 @@ TensorStore safetensors_parse(const Blob& blob) {
   } catch (const json::parse_error& e) {
     fail("[safetensors] {}: header is not valid JSON: parse error at byte {}: {}", file,
          json_error_offset(e), json_error_detail(e));
+  } catch (const json::exception& e) {  // out_of_range 406: a number beyond double, 1e999
+    fail("[safetensors] {}: header is not valid JSON: {}", file, json_error_detail(e));
   }
   if (!h.is_object()) fail("[safetensors] {}: header is not a JSON object", file);
   size_t base = 8 + size_t(n);

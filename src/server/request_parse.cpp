@@ -93,6 +93,9 @@ json parse_body(std::string_view body) {
                    fmt::format("the request body is not valid JSON (byte {}): {}",
                                e.byte > 0 ? e.byte - 1 : 0, e.what()),
                    "", "invalid_json");
+  } catch (const json::exception& e) {  // out_of_range 406: a number beyond double (1e999)
+    throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()), "",
+                   "invalid_json");
   }
   if (!j.is_object())
     throw ApiError(400, fmt::format("the request body must be a JSON object, got {}", type_name(j)),

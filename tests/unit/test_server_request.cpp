@@ -38,6 +38,7 @@ TEST(ServerRequest, Utf8Validation) {
 TEST(ServerRequest, BodyErrors) {
   EXPECT_EQ(api_error([] { parse_body("{\"a\": "); }).status, 400);
   EXPECT_EQ(api_error([] { parse_body("{\"a\": "); }).code, "invalid_json");
+  EXPECT_EQ(api_error([] { parse_body("{\"max_tokens\": 1e999}"); }).code, "invalid_json");
   EXPECT_EQ(api_error([] { parse_body("[1]"); }).status, 400);
   ApiError e = api_error([] { parse_body("{\"a\": \"\xFF\"}"); });
   EXPECT_EQ(e.code, "invalid_utf8");
