@@ -3,14 +3,16 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "models/gguf_export.h"
 #include "models/synth.h"
 
 namespace basalt::cli {
 namespace {
 
 struct SynthArgs {
-  std::string preset, dtype = "bf16", out;
+  std::string preset, dtype = "bf16", out, format = "safetensors";
   uint64_t seed = 0;
+  int threads = 0;
   bool list = false;
 };
 
@@ -20,18 +22,22 @@ int run_synth(const SynthArgs& a) {
       std::printf("%-14s %s\n", p.name.c_str(), p.description.c_str());
     return 0;
   }
-  if (a.out.empty()) fail("[synth] --out DIR is required");
+  if (a.format != "safetensors" && a.format != "gguf")
+    fail("[synth] --format must be safetensors or gguf, got '{}'", a.format);
+  const bool gguf = a.format == "gguf";
+  if (a.out.empty()) fail("[synth] --out {} is required", gguf ? "FILE.gguf" : "DIR");
   DType dt;
-  if (a.dtype == "bf16")
-    dt = DType::BF16;
-  else if (a.dtype == "f16")
-    dt = DType::F16;
-  else if (a.dtype == "f32")
-    dt = DType::F32;
+  if (!gguf_dtype_parse(a.dtype, &dt) || (!gguf && dtype_block_elems(dt) != 1))
+    fail("[synth] --dtype must be {}, got '{}'",
+         gguf ? "bf16, f16, f32, q8_0 or q4_k" : "bf16, f16 or f32 (q8_0, q4_k: --format gguf)",
+         a.dtype);
+  const SynthPreset& preset = synth_preset(a.preset);
+  if (gguf)
+    synth_write_gguf(preset, dt, a.out, a.seed, a.threads);
   else
-    fail("[synth] --dtype must be bf16, f16 or f32, got '{}'", a.dtype);
-  synth_write(synth_preset(a.preset), dt, a.out, a.seed);
-  std::fprintf(stderr, "wrote %s (%s, %s)\n", a.out.c_str(), a.preset.c_str(), a.dtype.c_str());
+    synth_write(preset, dt, a.out, a.seed);
+  std::fprintf(stderr, "wrote %s (%s, %s, %s)\n", a.out.c_str(), a.preset.c_str(), a.format.c_str(),
+               a.dtype.c_str());
   return 0;
 }
 
@@ -41,9 +47,13 @@ Runner add_synth(CLI::App& app) {
   auto a = std::make_shared<SynthArgs>();
   CLI::App* sc = app.add_subcommand("synth", "Write a random-weight checkpoint of a known shape");
   sc->add_option("--preset", a->preset, "Model shape (see --list)");
-  sc->add_option("--dtype", a->dtype, "bf16 (default), f16 or f32");
-  sc->add_option("--out", a->out, "Output directory");
+  sc->add_option("--format", a->format,
+                 "safetensors (default: an HF directory) or gguf (one file, llama.cpp's layout)");
+  sc->add_option("--dtype", a->dtype,
+                 "bf16 (default), f16 or f32; with --format gguf also q8_0, q4_k");
+  sc->add_option("--out", a->out, "Output directory (safetensors) or file (gguf)");
   sc->add_option("--seed", a->seed, "Seed (the same seed writes the same bytes)");
+  sc->add_option("--threads", a->threads, "Encoding threads for gguf (default: all cores)");
   sc->add_flag("--list", a->list, "List the presets");
   return [a] { return run_synth(*a); };
 }

@@ -15,7 +15,7 @@ namespace basalt::io {
 
 struct TensorToWrite {
   std::string name;
-  DType dtype = DType::F32;  // plain safetensors types only (no GGUF blocks)
+  DType dtype = DType::F32;  // plain types here; GGUF block types too in io/gguf_write.h
   std::vector<int64_t> shape;
   // Fills `out` (the tensor's bytes, dtype_bytes(dtype, numel) long), in pieces: called with
   // (element offset, element count, destination) for consecutive ranges.

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "io/safetensors_write.h"
+#include "models/gguf_export.h"
 
 namespace basalt {
 
@@ -80,6 +81,18 @@ uint64_t name_hash(const std::string& s) {
   return h;
 }
 
+const float kAmp = 0.02f * std::sqrt(3.0f);  // uniform [-a, a] has std a / sqrt(3)
+
+// Element i of the random tensor keyed by `key` (the same value in both file formats).
+float synth_value(uint64_t key, int64_t i) {
+  const double u = double(mix(key + uint64_t(i)) >> 11) * 0x1.0p-53;
+  return float(2.0 * u - 1.0) * kAmp;
+}
+
+uint64_t tensor_key(uint64_t seed, const std::string& hf_name) {
+  return mix(seed ^ name_hash(hf_name));
+}
+
 }  // namespace
 
 const std::vector<SynthPreset>& synth_presets() {
@@ -119,22 +132,19 @@ void synth_write(const SynthPreset& preset, DType dtype, const std::string& out_
                 V = c["vocab_size"];
   const bool qwen3 = c["model_type"] == "qwen3";
   std::vector<io::TensorToWrite> ts;
-  const float amp = 0.02f * std::sqrt(3.0f);  // uniform [-a, a] has std a / sqrt(3)
   auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
-    const uint64_t key = mix(seed ^ name_hash(name));
-    ts.push_back(
-        {name, dtype, {rows, cols}, [key, amp, dtype](int64_t first, int64_t n, uint8_t* out) {
-           for (int64_t i = 0; i < n; ++i) {
-             const double u = double(mix(key + uint64_t(first + i)) >> 11) * 0x1.0p-53;
-             const float v = float(2.0 * u - 1.0) * amp;
-             if (dtype == DType::F32)
-               std::memcpy(out + 4 * i, &v, 4);
-             else {
-               const uint16_t h = dtype == DType::BF16 ? f32_to_bf16(v) : f32_to_f16(v);
-               std::memcpy(out + 2 * i, &h, 2);
-             }
-           }
-         }});
+    const uint64_t key = tensor_key(seed, name);
+    ts.push_back({name, dtype, {rows, cols}, [key, dtype](int64_t first, int64_t n, uint8_t* out) {
+                    for (int64_t i = 0; i < n; ++i) {
+                      const float v = synth_value(key, first + i);
+                      if (dtype == DType::F32)
+                        std::memcpy(out + 4 * i, &v, 4);
+                      else {
+                        const uint16_t h = dtype == DType::BF16 ? f32_to_bf16(v) : f32_to_f16(v);
+                        std::memcpy(out + 2 * i, &h, 2);
+                      }
+                    }
+                  }});
   };
   auto ones = [&](const std::string& name, int64_t n) {
     ts.push_back({name, dtype, {n}, [dtype](int64_t, int64_t cnt, uint8_t* out) {
@@ -177,6 +187,25 @@ void synth_write(const SynthPreset& preset, DType dtype, const std::string& out_
   std::ofstream(out_dir + "/generation_config.json") << gen.dump(2) << "\n";
   io::safetensors_write(out_dir + "/model.safetensors", std::move(ts),
                         {{"format", "pt"}, {"basalt_synth", preset.name}});
+}
+
+void synth_write_gguf(const SynthPreset& preset, DType dtype, const std::string& out_file,
+                      uint64_t seed, int threads) {
+  const ModelConfig c = gguf_config_from_hf(preset.config, preset.name);
+  // The values synth_write stores, by HF name: norm weights 1, the rest random.
+  auto hf = [seed](const std::string& name, int64_t first, int64_t n, int64_t cols, float* out) {
+    if (name.ends_with("norm.weight")) return std::fill(out, out + n * cols, 1.0f);
+    const uint64_t key = tensor_key(seed, name);
+    for (int64_t i = 0; i < n * cols; ++i) out[i] = synth_value(key, first * cols + i);
+  };
+  const auto sources = gguf_sources_from_hf(c, hf, [](const std::string&) { return false; });
+  io::GgufMetadata meta = gguf_model_metadata(c, preset.name, dtype);
+  for (auto& kv : gguf_synthetic_vocab(c)) meta.push_back(std::move(kv));
+  meta.emplace_back("basalt.synth.preset", io::gguf_str(preset.name));
+  meta.emplace_back("basalt.synth.seed", io::gguf_u64(seed));
+  const std::filesystem::path dir = std::filesystem::path(out_file).parent_path();
+  if (!dir.empty()) std::filesystem::create_directories(dir);
+  gguf_write_model(out_file, std::move(meta), sources, dtype, threads);
 }
 
 }  // namespace basalt

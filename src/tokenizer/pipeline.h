@@ -60,5 +60,8 @@ std::unique_ptr<Decoder> decoder_byte_level();
 
 // The GPT-2 pre-tokenizer regex (ByteLevel use_regex=true).
 extern const char* const kGpt2Regex;
+// The Llama 3 and Qwen2 Split regexes (GGUF tokenizer.ggml.pre "llama-bpe" and "qwen2").
+extern const char* const kLlama3Regex;
+extern const char* const kQwen2Regex;
 
 }  // namespace basalt::tok

@@ -8,6 +8,11 @@
 
 namespace basalt::tok {
 
+const char* const kLlama3Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char* const kQwen2Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 namespace {
 
 // Metadata readers with tokenizer-specific messages (the variant is read directly so that
@@ -115,11 +120,6 @@ struct PreConfig {
   bool nfc = false;            // HF Qwen2 normalizes to NFC (llama.cpp does not)
   bool ignore_merges = false;  // HF Llama 3
 };
-
-const char* const kLlama3Regex =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-const char* const kQwen2Regex =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 PreConfig pre_config(const io::GgufFile& g, const std::string& pre) {
   if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3")
