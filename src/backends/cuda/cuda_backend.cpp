@@ -488,6 +488,27 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// Median seconds of `run` on the default stream over 10 timed runs after one warm-up.
+template <class F>
+double median_seconds(F&& run) {
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<double> t;
+  for (int r = 0; r < 11; ++r) {
+    cudaEventRecord(e0);
+    run();
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (r) t.push_back(ms * 1e-3);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return median(t);
+}
+
 }  // namespace
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& opt) {
@@ -503,24 +524,11 @@ double measure_copy_bandwidth(int device) {
   void *a = nullptr, *b = nullptr;
   check(cudaMalloc(&a, n), "cudaMalloc");
   check(cudaMalloc(&b, n), "cudaMalloc");
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<double> t;
-  for (int r = 0; r < 11; ++r) {
-    cudaEventRecord(e0);
-    check(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice), "copy");
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (r) t.push_back(ms * 1e-3);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
+  const double sec =
+      median_seconds([&] { check(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice), "copy"); });
   cudaFree(a);
   cudaFree(b);
-  return 2.0 * double(n) / median(t);
+  return 2.0 * double(n) / sec;
 }
 
 double measure_cublas_gemm(int64_t M, int64_t N, int64_t K, int device) {
@@ -537,24 +545,7 @@ double measure_cublas_gemm(int64_t M, int64_t N, int64_t K, int device) {
   cudaMemset(B, 0x3c, size_t(N * K) * 2);
   auto once = [&] { return cb->matmul(h, A, M, B, N, K, static_cast<float*>(C)); };
   double rate = 0.0;
-  if (once() == 0) {
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    std::vector<double> t;
-    for (int r = 0; r < 11; ++r) {
-      cudaEventRecord(e0);
-      once();
-      cudaEventRecord(e1);
-      cudaEventSynchronize(e1);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, e0, e1);
-      if (r) t.push_back(ms * 1e-3);
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    rate = 2.0 * double(M) * double(N) * double(K) / median(t);
-  }
+  if (once() == 0) rate = 2.0 * double(M) * double(N) * double(K) / median_seconds(once);
   cb->destroy(h);
   cudaFree(A);
   cudaFree(B);

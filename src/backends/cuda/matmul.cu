@@ -134,6 +134,10 @@ __global__ void __launch_bounds__(MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>::k
     }
   };
 
+  // Where accumulator element acc[i][j][e] belongs in y: c0,c1 at (row lane/4, cols
+  // 2*(lane%4) + {0,1}), c2,c3 at row + 8, within the warp's 16×8 tile (i, j).
+  auto out_row = [&](int i, int e) { return m0 + wm + i * 16 + (lane >> 2) + (e >> 1) * 8; };
+  auto out_col = [&](int j, int e) { return n0 + wn + j * 8 + (lane & 3) * 2 + (e & 1); };
   constexpr bool kFoldInY = BM > 16;
   float acc[C::kMt][C::kNt][4], tot[kFoldInY ? 1 : C::kMt][kFoldInY ? 1 : C::kNt][4];
 #pragma unroll
@@ -205,8 +209,7 @@ __global__ void __launch_bounds__(MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>::k
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             if constexpr (kFoldInY) {
-              const int r = m0 + wm + i * 16 + (lane >> 2) + (e >> 1) * 8;
-              const int c = n0 + wn + j * 8 + (lane & 3) * 2 + (e & 1);
+              const int r = out_row(i, e), c = out_col(j, e);
               if (r < T && c < N) {
                 float* o = y + size_t(r) * N + c;
                 *o = first ? acc[i][j][e] : __fadd_rn(*o, acc[i][j][e]);
@@ -228,8 +231,7 @@ __global__ void __launch_bounds__(MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>::k
       for (int j = 0; j < C::kNt; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int r = m0 + wm + i * 16 + (lane >> 2) + (e >> 1) * 8;
-          const int c = n0 + wn + j * 8 + (lane & 3) * 2 + (e & 1);
+          const int r = out_row(i, e), c = out_col(j, e);
           if (r < T && c < N) p[size_t(r) * N + c] = acc[i][j][e];
         }
     __threadfence();
@@ -246,8 +248,7 @@ __global__ void __launch_bounds__(MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>::k
       for (int j = 0; j < C::kNt; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int r = m0 + wm + i * 16 + (lane >> 2) + (e >> 1) * 8;
-          const int c = n0 + wn + j * 8 + (lane & 3) * 2 + (e & 1);
+          const int r = out_row(i, e), c = out_col(j, e);
           if (r < T && c < N) {
             const size_t o = size_t(r) * N + c;
             float v = __ldcg(part + o);
@@ -258,19 +259,16 @@ __global__ void __launch_bounds__(MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>::k
         }
     if (threadIdx.x == 0) counters[tile] = 0;  // ready for the next call
   }
-  if constexpr (kFoldInY) return;  // y already holds the folded sum
-
-    // Accumulator layout: c0,c1 at (row lane/4, cols 2*(lane%4) + {0,1}); c2,c3 at row + 8.
+  if constexpr (!kFoldInY)  // (with kFoldInY, y already holds the folded sum)
 #pragma unroll
-  for (int i = 0; i < C::kMt; ++i)
+    for (int i = 0; i < C::kMt; ++i)
 #pragma unroll
-    for (int j = 0; j < C::kNt; ++j)
+      for (int j = 0; j < C::kNt; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = m0 + wm + i * 16 + (lane >> 2) + (e >> 1) * 8;
-        const int c = n0 + wn + j * 8 + (lane & 3) * 2 + (e & 1);
-        if (r < T && c < N) y[size_t(r) * N + c] = tot[i][j][e];
-      }
+        for (int e = 0; e < 4; ++e) {
+          const int r = out_row(i, e), c = out_col(j, e);
+          if (r < T && c < N) y[size_t(r) * N + c] = tot[i][j][e];
+        }
 }
 
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES>
