@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3Config
+from transformers import (AutoModelForCausalLM, LlamaConfig, Qwen3_5MoeTextConfig, Qwen3_5TextConfig,
+                          Qwen3Config, Qwen3MoeConfig, Qwen3NextConfig)
 
 import gguf
 from gguf import GGMLQuantizationType as QT
@@ -61,7 +62,7 @@ class GgufVariant:
 @dataclass
 class Case:
     name: str
-    arch: str  # "llama" | "qwen3"
+    arch: str  # "llama" | "qwen3" | "qwen3_moe" | "qwen3_next" | "qwen3_5" | "qwen3_5_moe"
     config: dict
     dtype: str  # dtype the checkpoint is saved in
     base_seed: int  # first seed tried; set to the one a previous search found, so runs are fast
@@ -71,6 +72,7 @@ class Case:
     embed_std: float = 1.0  # tied models need a smaller one, else "repeat the input" dominates
     ggufs: list[GgufVariant] = field(default_factory=list)
     note: str = ""
+    fused_experts: bool = False  # rewrite the experts as fused 3-D stacks after saving
 
 
 # bos/eos: llama cases put the specials at the end of the vocabulary (Llama-3 style); qwen3 cases
@@ -143,7 +145,67 @@ CASES = [
              bos_token_id=None, eos_token_id=319),
         "bfloat16", 8001, 90, 6, 1.0, embed_std=0.05,
         note="Qwen3, tied, GQA 4/1 (MQA), head_dim 64, bf16, 90 positions (2 chunks of 64)."),
+    # Mixture-of-experts and hybrid (Gated DeltaNet + gated attention) models. Hybrid prompts are
+    # longer than one 64-token chunk of transformers' chunked delta rule.
+    Case(
+        "qwen3_moe", "qwen3_moe",
+        dict(vocab_size=288, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+             num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6,
+             rope_theta=1000000.0, max_position_embeddings=256, tie_word_embeddings=False,
+             num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=False,
+             decoder_sparse_step=1, mlp_only_layers=[1], bos_token_id=None, eos_token_id=287),
+        "float32", 9001, 40, 6, 1.0,
+        note="Qwen3-MoE: 8 experts, top-2 not renormalised, layer 1 dense (mlp_only_layers)."),
+    Case(
+        "qwen3_next", "qwen3_next",
+        dict(vocab_size=288, hidden_size=64, intermediate_size=96, num_hidden_layers=4,
+             num_attention_heads=4, num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-6,
+             max_position_embeddings=512, tie_word_embeddings=False,
+             rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                              "partial_rotary_factor": 0.25},
+             linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+             linear_value_head_dim=16, linear_conv_kernel_dim=4,
+             num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+             shared_expert_intermediate_size=48, norm_topk_prob=True, decoder_sparse_step=1,
+             mlp_only_layers=[1], bos_token_id=None, eos_token_id=287),
+        "float32", 10001, 80, 6, 1.0,
+        note="Qwen3-Next: 3 GDN + 1 gated attention layer, partial rotary 1/4, interleaved "
+             "in_proj_qkvz/ba, MoE + shared expert, layer 1 dense."),
+    Case(
+        "qwen3_5", "qwen3_5",
+        dict(vocab_size=288, hidden_size=64, intermediate_size=96, num_hidden_layers=4,
+             num_attention_heads=4, num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-6,
+             max_position_embeddings=512, tie_word_embeddings=False,
+             rope_parameters={"rope_type": "default", "rope_theta": 10000000.0,
+                              "partial_rotary_factor": 0.25},
+             layer_types=["linear_attention", "full_attention", "linear_attention",
+                          "full_attention"],
+             linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+             linear_value_head_dim=24, linear_conv_kernel_dim=4, bos_token_id=None,
+             eos_token_id=287),
+        "bfloat16", 11001, 80, 6, 1.0,
+        note="Qwen3.5 dense hybrid: GDN/attention alternating, 2 key heads serving 4 value heads, "
+             "value head dim 24 != key head dim 16, bf16."),
+    Case(
+        "qwen3_5_moe", "qwen3_5_moe",
+        dict(vocab_size=288, hidden_size=64, num_hidden_layers=4,
+             num_attention_heads=4, num_key_value_heads=1, head_dim=32, rms_norm_eps=1e-6,
+             max_position_embeddings=512, tie_word_embeddings=True,
+             rope_parameters={"rope_type": "default", "rope_theta": 10000000.0,
+                              "partial_rotary_factor": 0.25},
+             linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=16,
+             linear_value_head_dim=16, linear_conv_kernel_dim=4,
+             num_experts=8, num_experts_per_tok=3, moe_intermediate_size=32,
+             shared_expert_intermediate_size=48, bos_token_id=None, eos_token_id=287),
+        "float32", 12001, 80, 6, 1.0, embed_std=0.05, fused_experts=True,
+        note="Qwen3.5-MoE: default layer_types (3 GDN : 1 attention), top-3 of 8 experts "
+             "renormalised, shared expert, tied, experts stored fused 3-D."),
 ]
+
+CONFIG_CLASSES = {"llama": LlamaConfig, "qwen3": Qwen3Config, "qwen3_moe": Qwen3MoeConfig,
+                  "qwen3_next": Qwen3NextConfig, "qwen3_5": Qwen3_5TextConfig,
+                  "qwen3_5_moe": Qwen3_5MoeTextConfig}
+ZERO_CENTRED = {"qwen3_next", "qwen3_5", "qwen3_5_moe"}  # RMSNorms scale by (1 + w)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -152,7 +214,7 @@ CASES = [
 
 def make_config(case: Case):
     kw = dict(case.config)
-    cls = LlamaConfig if case.arch == "llama" else Qwen3Config
+    cls = CONFIG_CLASSES[case.arch]
     # the initializer_range is recorded only; the weights are drawn below from our own generator
     # so they do not depend on transformers' init code
     return cls(initializer_range=0.0, pad_token_id=None, dtype="float32", **kw)
@@ -166,14 +228,22 @@ def random_state(model, case: Case, seed: int) -> dict[str, torch.Tensor]:
     out = {}
     for name, p in model.named_parameters():
         shape = tuple(p.shape)
-        if name.endswith("norm.weight"):
+        if name.endswith("linear_attn.norm.weight"):  # gated RMSNorm: a plain weight
             v = 1.0 + 0.25 * rng.standard_normal(shape)
+        elif name.endswith("norm.weight") and case.arch in ZERO_CENTRED:
+            v = 0.25 * rng.standard_normal(shape)  # used as (1 + w)
+        elif name.endswith("norm.weight"):
+            v = 1.0 + 0.25 * rng.standard_normal(shape)
+        elif name.endswith("A_log"):  # decay rates exp(A_log) in [0.02, 0.5]: memory spans chunks
+            v = np.log(rng.uniform(0.02, 0.5, shape))
+        elif name.endswith("dt_bias"):
+            v = rng.uniform(-2.0, 0.0, shape)
         elif "embed_tokens" in name:
             v = case.embed_std * rng.standard_normal(shape)
         elif name == "lm_head.weight":
             v = 1.5 * rng.standard_normal(shape) / math.sqrt(shape[1])
-        else:
-            v = case.gain * rng.standard_normal(shape) / math.sqrt(shape[1])
+        else:  # linear weights, conv1d [C, 1, K], fused experts [n, out, in]: fan-in = last dim
+            v = case.gain * rng.standard_normal(shape) / math.sqrt(shape[-1])
         out[name] = torch.from_numpy(v.astype(np.float32))
     if "lm_head.weight" not in out:  # tied: named_parameters() lists the shared tensor once
         out["lm_head.weight"] = out["model.embed_tokens.weight"]
@@ -193,7 +263,32 @@ def build_and_save(case: Case, seed: int, out_dir: Path):
     if out_dir.exists():
         shutil.rmtree(out_dir)
     model.save_pretrained(out_dir)
+    if case.fused_experts:
+        fuse_experts(out_dir / "model.safetensors")
     return load_f32(out_dir)
+
+
+def fuse_experts(path: Path):
+    """Rewrites per-expert tensors (mlp.experts.N.{gate,up,down}_proj.weight) as the fused 3-D
+    stacks some checkpoints store (mlp.experts.gate_up_proj [n, 2F, E], gate rows first;
+    mlp.experts.down_proj [n, E, F]); transformers reads both."""
+    from safetensors.torch import load_file, save_file
+    st = load_file(path)
+    out, groups = {}, {}
+    for k, v in st.items():
+        if ".mlp.experts." in k and k.split(".mlp.experts.")[1].split(".")[0].isdigit():
+            prefix, rest = k.split(".mlp.experts.")
+            e, proj = rest.split(".")[0], rest.split(".")[1]
+            groups.setdefault(prefix, {}).setdefault(proj, {})[int(e)] = v
+        else:
+            out[k] = v
+    for prefix, g in groups.items():
+        n = len(g["gate_proj"])
+        out[f"{prefix}.mlp.experts.gate_up_proj"] = torch.stack(
+            [torch.cat([g["gate_proj"][e], g["up_proj"][e]], 0) for e in range(n)]).contiguous()
+        out[f"{prefix}.mlp.experts.down_proj"] = torch.stack(
+            [g["down_proj"][e] for e in range(n)]).contiguous()
+    save_file(out, path, metadata={"format": "pt"})
 
 
 def load_f32(model_dir: Path):
@@ -498,8 +593,10 @@ def forward_np(W: dict, hp: dict, ids: list[int], interleaved: bool) -> np.ndarr
     return x @ W.get("output", W["token_embd"]).T
 
 
-def verify_hf_dir(case_dir: Path, ref: dict) -> float:
+def verify_hf_dir(case_dir: Path, ref: dict) -> float | None:
     cfg = json.loads((case_dir / "config.json").read_text())
+    if cfg["model_type"] not in ("llama", "qwen3"):
+        return None  # no independent numpy forward for MoE / hybrid models (transformers only)
     st = read_safetensors(case_dir / "model.safetensors")
     W = {hf_to_gguf_name(k).removesuffix(".weight"): v for k, v in st.items()}
     D = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
@@ -696,7 +793,8 @@ def main() -> None:
                       f"min greedy margin {r['margin']:.4f} of max|logit|")
             ref = json.loads((args.out / case.name / "reference.json").read_text())
             err = verify_hf_dir(args.out / case.name, ref)
-            print(f"[verify] {case.name}: numpy vs transformers {err:.2e} of max|logit|, greedy ok")
+            if err is not None:
+                print(f"[verify] {case.name}: numpy vs transformers {err:.2e} of max|logit|, greedy ok")
         return
     if not args.verify_only:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -711,7 +809,8 @@ def main() -> None:
         for case in CASES:
             ref = json.loads((args.out / case.name / "reference.json").read_text())
             err = verify_hf_dir(args.out / case.name, ref)
-            print(f"[verify] {case.name}: numpy vs transformers {err:.2e} of max|logit|, greedy ok")
+            if err is not None:
+                print(f"[verify] {case.name}: numpy vs transformers {err:.2e} of max|logit|, greedy ok")
             for var in case.ggufs:
                 stem = args.out / "gguf" / f"{case.name}.{var.suffix}"
                 gref = json.loads(Path(f"{stem}.reference.json").read_text())

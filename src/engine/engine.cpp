@@ -45,7 +45,7 @@ Engine::Engine(Model& model, Backend& backend, EngineConfig cfg)
   if (kv_tokens < max_context_)
     fail("[engine] a KV pool of {} positions cannot hold one full context of {}", kv_tokens,
          max_context_);
-  pool_ = model_.new_kv_pool(be_, kv_tokens, cfg_.block_size);
+  pool_ = model_.new_kv_pool(be_, kv_tokens, cfg_.block_size, cfg_.max_batch);
   stats_.kv_blocks_total = pool_->n_blocks();
   spdlog::info("engine: {} sequences, context {}, KV pool {} blocks × {} ({:.1f} MiB)",
                cfg_.max_batch, max_context_, pool_->n_blocks(), pool_->block_size(),

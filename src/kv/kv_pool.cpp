@@ -8,12 +8,13 @@
 namespace basalt {
 
 KvPool::KvPool(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t n_kv_heads,
-               int64_t head_dim, KvStorage storage)
+               int64_t head_dim, KvStorage storage, KvStateSpec state)
     : n_blocks_(n_blocks),
       block_size_(block_size),
       hkv_(n_kv_heads),
       d_(head_dim),
-      storage_(std::move(storage)) {
+      storage_(std::move(storage)),
+      state_(state) {
   if (n_blocks <= 0 || block_size <= 0)
     fail("[kv] need a positive number of blocks and block size, got {} × {}", n_blocks, block_size);
   if (!storage_.alloc) {
@@ -32,15 +33,30 @@ KvPool::KvPool(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t n
   block_hash_.assign(size_t(n_blocks), 0);
   block_tokens_.resize(size_t(n_blocks));
   for (int64_t b = n_blocks - 1; b >= 0; --b) free_.push_back(int32_t(b));
+  if (state_.slots > 0) {
+    for (int64_t l = 0; l < state_.layers; ++l) {
+      for (auto [arr, n] : {std::pair{&conv_, state_.conv_floats}, {&rec_, state_.rec_floats}}) {
+        const size_t bytes = size_t(state_.slots * std::max<int64_t>(n, 1)) * sizeof(float);
+        arr->push_back(static_cast<float*>(storage_.alloc(bytes)));
+        if (!arr->back())
+          fail("[kv] cannot allocate {} bytes of recurrent state for layer {}", bytes, l);
+      }
+    }
+    for (int64_t s = state_.slots - 1; s >= 0; --s) free_slots_.push_back(int32_t(s));
+  }
 }
 
 KvPool::~KvPool() {
   for (void* p : k_) storage_.free(p);
   for (void* p : v_) storage_.free(p);
+  for (float* p : conv_) storage_.free(p);
+  for (float* p : rec_) storage_.free(p);
 }
 
 size_t KvPool::bytes() const {
-  return 2 * k_.size() * layer_bytes_;
+  return 2 * k_.size() * layer_bytes_ + size_t(state_.slots * state_.layers *
+                                              (state_.conv_floats + state_.rec_floats)) *
+                                            sizeof(float);
 }
 
 uint64_t KvPool::hash_block(uint64_t parent, std::span<const int32_t> tokens) {
@@ -84,6 +100,7 @@ void KvPool::unref(int32_t b) {
 
 int64_t KvPool::attach_prefix(KvSequence& s, std::span<const int32_t> prompt, int64_t max_tokens) {
   if (s.length != 0) fail("[kv] attach_prefix on a sequence that already holds KV");
+  if (has_state()) return 0;  // no recurrent-state snapshots yet: nothing can be reused
   uint64_t parent = 0;
   int64_t n = 0;
   while (n + block_size_ <= std::min<int64_t>(max_tokens, int64_t(prompt.size()))) {
@@ -109,8 +126,13 @@ int64_t KvPool::attach_prefix(KvSequence& s, std::span<const int32_t> prompt, in
 
 bool KvPool::reserve(KvSequence& s, int64_t n) {
   const int64_t need = (s.length + n + block_size_ - 1) / block_size_ - int64_t(s.blocks.size());
-  if (need <= 0) return true;
-  if (need > blocks_available()) return false;
+  const bool slot = has_state() && s.slot < 0;
+  if (slot && free_slots_.empty()) return false;
+  if (need > 0 && need > blocks_available()) return false;
+  if (slot) {
+    s.slot = free_slots_.back();
+    free_slots_.pop_back();
+  }
   for (int64_t i = 0; i < need; ++i) s.blocks.push_back(take_block());
   return true;
 }
@@ -118,6 +140,7 @@ bool KvPool::reserve(KvSequence& s, int64_t n) {
 void KvPool::commit(KvSequence& s, std::span<const int32_t> tokens) {
   s.tokens.insert(s.tokens.end(), tokens.begin(), tokens.end());
   s.length += int64_t(tokens.size());
+  if (has_state()) return;  // prefix cache off (see KvStateSpec)
   // Publish each newly full block under the hash of the whole prefix up to it.
   while (int64_t(s.hashes.size()) < s.length / block_size_) {
     const size_t i = s.hashes.size();
@@ -137,6 +160,7 @@ void KvPool::commit(KvSequence& s, std::span<const int32_t> tokens) {
 
 void KvPool::release(KvSequence& s) {
   for (int32_t b : s.blocks) unref(b);
+  if (s.slot >= 0) free_slots_.push_back(s.slot);
   s = KvSequence{};
 }
 

@@ -25,18 +25,28 @@ struct KvStorage {
   size_t elem_bytes = 4;
 };
 
+// Per-sequence recurrent state next to the KV blocks (hybrid models: Gated-DeltaNet conv and
+// recurrent state, f32): `slots` slots, and for each of `layers` state layers a conv array
+// [slots, conv_floats] and a recurrent array [slots, rec_floats]. A sequence takes a slot on
+// its first reserve() and gives it back on release(). The prefix cache is off for a pool with
+// state (a cached KV block says nothing about the recurrent state at its end).
+struct KvStateSpec {
+  int64_t slots = 0, layers = 0, conv_floats = 0, rec_floats = 0;
+};
+
 // One sequence's view of the pool: its block table and how many positions hold KV.
 struct KvSequence {
   std::vector<int32_t> blocks;   // block ids, in position order
   std::vector<int32_t> tokens;   // the tokens whose KV is (or is being) written, by position
   int64_t length = 0;            // positions with valid KV
   std::vector<uint64_t> hashes;  // prefix hash of each full block (for the prefix cache)
+  int32_t slot = -1;             // recurrent-state slot (pools with state), else -1
 };
 
 class KvPool {
  public:
   KvPool(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t n_kv_heads,
-         int64_t head_dim, KvStorage storage = {});
+         int64_t head_dim, KvStorage storage = {}, KvStateSpec state = {});
   ~KvPool();
   KvPool(const KvPool&) = delete;
   KvPool& operator=(const KvPool&) = delete;
@@ -48,6 +58,11 @@ class KvPool {
   int64_t row_floats() const { return hkv_ * d_; }
   void* k(int64_t layer) { return k_[size_t(layer)]; }
   void* v(int64_t layer) { return v_[size_t(layer)]; }
+  bool has_state() const { return state_.slots > 0; }
+  const KvStateSpec& state_spec() const { return state_; }
+  float* conv_state(int64_t layer) { return conv_[size_t(layer)]; }
+  float* rec_state(int64_t layer) { return rec_[size_t(layer)]; }
+  int64_t slots_available() const { return int64_t(free_slots_.size()); }
   // Address of position `pos` of a sequence in layer `layer`'s key (or value) array.
   int64_t offset(const KvSequence& s, int64_t pos) const {
     return (int64_t(s.blocks[size_t(pos / block_size_)]) * block_size_ + pos % block_size_) *
@@ -57,7 +72,8 @@ class KvPool {
   // Reuses cached blocks for the longest prefix of `prompt` that is in the prefix cache,
   // at most `max_tokens` tokens (whole blocks). Returns the tokens reused.
   int64_t attach_prefix(KvSequence& s, std::span<const int32_t> prompt, int64_t max_tokens);
-  // Makes room for `n` positions; false (nothing changed) if the pool is out of blocks.
+  // Makes room for `n` positions (and takes a state slot if the pool has state and the
+  // sequence none); false (nothing changed) if the pool is out of blocks or slots.
   bool reserve(KvSequence& s, int64_t n);
   // Records that positions [length, length + tokens.size()) now hold KV for these tokens and
   // publishes newly completed blocks to the prefix cache.
@@ -83,6 +99,9 @@ class KvPool {
   std::vector<std::vector<int32_t>> block_tokens_;  // tokens of cached blocks (collision check)
   std::unordered_map<uint64_t, int32_t> cache_;     // prefix hash -> block
   int64_t used_ = 0;
+  KvStateSpec state_;
+  std::vector<float*> conv_, rec_;
+  std::vector<int32_t> free_slots_;
 };
 
 }  // namespace basalt

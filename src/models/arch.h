@@ -14,13 +14,17 @@ namespace basalt::models {
 struct ArchSpec {
   std::string name;                     // "llama"
   std::vector<std::string> hf_classes;  // "LlamaForCausalLM"
-  std::string gguf_arch;                // general.architecture value
+  std::string gguf_arch;                // general.architecture value ("" and from_gguf null:
+                                        // no GGUF reader)
   void (*from_hf)(const nlohmann::json& config, const std::string& file, ModelConfig& c);
   void (*from_gguf)(const io::GgufFile& g, ModelConfig& c);
 };
 
 const ArchSpec& arch_llama();
 const ArchSpec& arch_qwen3();
+const ArchSpec& arch_qwen3_moe();
+const ArchSpec& arch_qwen3_next();
+const ArchSpec& arch_qwen3_5();
 const std::vector<const ArchSpec*>& arch_all();
 
 // Shared config readers. Required keys missing or of the wrong type give

@@ -95,10 +95,10 @@ void hf_common(const json& config, const std::string& file, ModelConfig& c) {
   c.n_layers = cfg_int(config, "num_hidden_layers", file);
   c.n_heads = cfg_int(config, "num_attention_heads", file);
   c.n_kv_heads = cfg_int_or(config, "num_key_value_heads", c.n_heads, file);
-  c.intermediate = cfg_int(config, "intermediate_size", file);
+  c.intermediate = cfg_int_or(config, "intermediate_size", 0, file);  // MoE-only models: none
   c.max_context = cfg_int_or(config, "max_position_embeddings", 2048, file);
   c.rms_eps = float(cfg_num_or(config, "rms_norm_eps", 1e-6, file));
-  if (c.n_heads <= 0 || c.hidden <= 0 || c.n_layers <= 0 || c.vocab <= 0 || c.intermediate <= 0)
+  if (c.n_heads <= 0 || c.hidden <= 0 || c.n_layers <= 0 || c.vocab <= 0 || c.intermediate < 0)
     fail("[config] {}: sizes must be positive", file);
   c.head_dim = cfg_int_or(config, "head_dim", c.hidden / c.n_heads, file);
   if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0)

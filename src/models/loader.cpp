@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include <cstring>
+#include <functional>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -12,7 +13,8 @@ namespace basalt {
 namespace models {
 
 const std::vector<const ArchSpec*>& arch_all() {
-  static const std::vector<const ArchSpec*> all = {&arch_llama(), &arch_qwen3()};
+  static const std::vector<const ArchSpec*> all = {&arch_llama(), &arch_qwen3(), &arch_qwen3_moe(),
+                                                   &arch_qwen3_next(), &arch_qwen3_5()};
   return all;
 }
 
@@ -20,10 +22,10 @@ namespace {
 
 struct Names {  // tensor names of one format
   std::string embed, out_norm, lm_head;
-  std::string (*layer)(int64_t l, const char* part);
+  std::function<std::string(int64_t l, const char* part)> layer;
 };
 
-std::string hf_layer(int64_t l, const char* part) {
+std::string hf_layer(const std::string& prefix, int64_t l, const char* part) {
   static const std::map<std::string, std::string> m = {
       {"attn_norm", "input_layernorm.weight"}, {"ffn_norm", "post_attention_layernorm.weight"},
       {"q", "self_attn.q_proj.weight"},        {"k", "self_attn.k_proj.weight"},
@@ -33,7 +35,8 @@ std::string hf_layer(int64_t l, const char* part) {
       {"q_norm", "self_attn.q_norm.weight"},   {"k_norm", "self_attn.k_norm.weight"},
       {"gate", "mlp.gate_proj.weight"},        {"up", "mlp.up_proj.weight"},
       {"down", "mlp.down_proj.weight"}};
-  return fmt::format("model.layers.{}.{}", l, m.at(part));
+  auto it = m.find(part);
+  return fmt::format("{}layers.{}.{}", prefix, l, it == m.end() ? std::string(part) : it->second);
 }
 
 std::string gguf_layer(int64_t l, const char* part) {
@@ -104,10 +107,51 @@ class Binder {
     }
   }
 
-  std::vector<float> vec(const std::string& name, int64_t n) {
+  std::vector<float> vec(const std::string& name, int64_t n) { return floats(name, {n}); }
+  // Any tensor of this shape, as f32 values.
+  std::vector<float> floats(const std::string& name, std::vector<int64_t> shape) {
     const TensorView& t = get(name);
-    check_shape(t, {n});
+    check_shape(t, std::move(shape));
     return to_f32(t);
+  }
+
+  // Rows `rows` (in this order) of the [n_rows, cols] matrix `name`, as a new matrix of the
+  // same dtype (a copy owned by the model): regrouped projections.
+  WeightRef gather_rows(const std::string& name, int64_t n_rows, int64_t cols,
+                        const std::vector<int64_t>& rows) {
+    const WeightRef w = matrix(name, n_rows, cols);
+    const size_t row_bytes = dtype_bytes(w.dtype, cols);
+    auto buf = std::make_shared<std::vector<uint8_t>>(rows.size() * row_bytes);
+    for (size_t i = 0; i < rows.size(); ++i)
+      std::memcpy(buf->data() + i * row_bytes,
+                  static_cast<const uint8_t*>(w.data) + size_t(rows[i]) * row_bytes, row_bytes);
+    w_.owned.push_back(buf);
+    return WeightRef{w.dtype, int64_t(rows.size()), cols, buf->data()};
+  }
+
+  // The [n, rows, cols] stack `name` as n matrices (fused expert weights), zero-copy where
+  // the dtype allows. `first` / `count` pick a row range of each (gate and up share a stack).
+  std::vector<WeightRef> stack(const std::string& name, int64_t n, int64_t rows, int64_t cols,
+                               int64_t first, int64_t count) {
+    const TensorView& t = get(name);
+    check_shape(t, {n, rows, cols});
+    DType dt = t.dtype;
+    const void* base = t.data;
+    if (dt != DType::F32 && dt != DType::F16 && dt != DType::BF16) {
+      if (!dtype_is_float(dt) || dtype_block_elems(dt) != 1)
+        fail("[{}] {}: tensor '{}' has dtype {}, which cannot be an expert stack", arch_, file_,
+             name, dtype_name(dt));
+      auto buf = std::make_shared<std::vector<float>>(to_f32(t));
+      w_.owned.push_back(buf);
+      dt = DType::F32, base = buf->data();
+    }
+    const size_t row_bytes = dtype_bytes(dt, cols);
+    std::vector<WeightRef> out;
+    for (int64_t e = 0; e < n; ++e)
+      out.push_back(WeightRef{dt, count, cols,
+                              static_cast<const uint8_t*>(base) +
+                                  size_t(e * rows + first) * row_bytes});
+    return out;
   }
   bool has(const std::string& name) const { return ts_.contains(name); }
 
@@ -126,11 +170,84 @@ class Binder {
   ModelWeights& w_;
 };
 
+using PartName = std::function<std::string(const char*)>;
+
+// Gated DeltaNet: Qwen3.5 stores in_proj_qkv / _z / _b / _a; Qwen3-Next stores in_proj_qkvz and
+// in_proj_ba grouped per key head ([q k v z] and [b a] of each group), regrouped here.
+void bind_gdn(Binder& b, const ModelConfig& c, int64_t l, const PartName& name, LayerWeights& L) {
+  const GdnConfig& g = c.gdn;
+  const int64_t E = c.hidden, C = g.channels(), Vd = g.value_dim(), Hv = g.v_heads;
+  const std::string p = "linear_attn.";
+  if (g.interleaved) {
+    const int64_t r = g.v_heads / g.k_heads, per = 2 * g.k_dim + 2 * r * g.v_dim;
+    std::vector<int64_t> q, k, v, z, bb, a;
+    for (int64_t h = 0; h < g.k_heads; ++h) {
+      const int64_t base = h * per;
+      for (int64_t i = 0; i < g.k_dim; ++i) q.push_back(base + i), k.push_back(base + g.k_dim + i);
+      for (int64_t i = 0; i < r * g.v_dim; ++i) {
+        v.push_back(base + 2 * g.k_dim + i);
+        z.push_back(base + 2 * g.k_dim + r * g.v_dim + i);
+      }
+      for (int64_t i = 0; i < r; ++i) bb.push_back(h * 2 * r + i), a.push_back(h * 2 * r + r + i);
+    }
+    std::vector<int64_t> qkv = q;
+    qkv.insert(qkv.end(), k.begin(), k.end());
+    qkv.insert(qkv.end(), v.begin(), v.end());
+    const std::string qkvz = name((p + "in_proj_qkvz.weight").c_str());
+    const std::string ba = name((p + "in_proj_ba.weight").c_str());
+    L.gdn_qkv = b.gather_rows(qkvz, g.k_heads * per, E, qkv);
+    L.gdn_z = b.gather_rows(qkvz, g.k_heads * per, E, z);
+    L.gdn_b = b.gather_rows(ba, 2 * Hv, E, bb);
+    L.gdn_a = b.gather_rows(ba, 2 * Hv, E, a);
+  } else {
+    L.gdn_qkv = b.matrix(name((p + "in_proj_qkv.weight").c_str()), C, E);
+    L.gdn_z = b.matrix(name((p + "in_proj_z.weight").c_str()), Vd, E);
+    L.gdn_b = b.matrix(name((p + "in_proj_b.weight").c_str()), Hv, E);
+    L.gdn_a = b.matrix(name((p + "in_proj_a.weight").c_str()), Hv, E);
+  }
+  L.gdn_out = b.matrix(name((p + "out_proj.weight").c_str()), E, Vd);
+  L.gdn_conv = b.floats(name((p + "conv1d.weight").c_str()), {C, 1, g.conv_kernel});
+  L.gdn_A_log = b.vec(name((p + "A_log").c_str()), Hv);
+  L.gdn_dt_bias = b.vec(name((p + "dt_bias").c_str()), Hv);
+  L.gdn_norm = b.vec(name((p + "norm.weight").c_str()), g.v_dim);
+  (void)l;
+}
+
+// Routed experts stored per expert (experts.N.gate_proj ...) or fused 3-D (experts.gate_up_proj
+// [n, 2F, E] with gate rows first, experts.down_proj [n, E, F]); router and shared expert.
+void bind_moe(Binder& b, const ModelConfig& c, const PartName& name, LayerWeights& L) {
+  const MoeConfig& m = c.moe;
+  const int64_t E = c.hidden, F = m.intermediate, n = m.n_experts;
+  L.router = b.matrix(name("mlp.gate.weight"), n, E);
+  if (b.has(name("mlp.experts.gate_up_proj"))) {
+    L.ex_gate = b.stack(name("mlp.experts.gate_up_proj"), n, 2 * F, E, 0, F);
+    L.ex_up = b.stack(name("mlp.experts.gate_up_proj"), n, 2 * F, E, F, F);
+    L.ex_down = b.stack(name("mlp.experts.down_proj"), n, E, F, 0, E);
+  } else {
+    for (int64_t e = 0; e < n; ++e) {
+      auto ex = [&](const char* proj) {
+        return name(fmt::format("mlp.experts.{}.{}.weight", e, proj).c_str());
+      };
+      L.ex_gate.push_back(b.matrix(ex("gate_proj"), F, E));
+      L.ex_up.push_back(b.matrix(ex("up_proj"), F, E));
+      L.ex_down.push_back(b.matrix(ex("down_proj"), E, F));
+    }
+  }
+  if (m.shared_intermediate > 0) {
+    const int64_t S = m.shared_intermediate;
+    L.shared_gate = b.matrix(name("mlp.shared_expert.gate_proj.weight"), S, E);
+    L.shared_up = b.matrix(name("mlp.shared_expert.up_proj.weight"), S, E);
+    L.shared_down = b.matrix(name("mlp.shared_expert.down_proj.weight"), E, S);
+    L.shared_router = b.matrix(name("mlp.shared_expert_gate.weight"), 1, E);
+  }
+}
+
 ModelWeights bind_weights(const io::Checkpoint& ck, const ModelConfig& c) {
   const bool gguf = ck.format == io::CheckpointFormat::Gguf;
-  Names nm =
-      gguf ? Names{"token_embd.weight", "output_norm.weight", "output.weight", gguf_layer}
-           : Names{"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", hf_layer};
+  const std::string& px = c.tensor_prefix;
+  Names nm = gguf ? Names{"token_embd.weight", "output_norm.weight", "output.weight", gguf_layer}
+                  : Names{px + "embed_tokens.weight", px + "norm.weight", "lm_head.weight",
+                          [&px](int64_t l, const char* part) { return hf_layer(px, l, part); }};
   ModelWeights w;
   Binder b(ck.tensors, c.arch, ck.path, w);
   const int64_t E = c.hidden, D = c.head_dim, H = c.n_heads, Hkv = c.n_kv_heads, F = c.intermediate,
@@ -147,27 +264,55 @@ ModelWeights bind_weights(const io::Checkpoint& ck, const ModelConfig& c) {
   }
   for (int64_t l = 0; l < c.n_layers; ++l) {
     LayerWeights L;
-    L.attn_norm = b.vec(nm.layer(l, "attn_norm"), E);
-    L.ffn_norm = b.vec(nm.layer(l, "ffn_norm"), E);
-    L.wq = b.matrix(nm.layer(l, "q"), H * D, E);
-    L.wk = b.matrix(nm.layer(l, "k"), Hkv * D, E);
-    L.wv = b.matrix(nm.layer(l, "v"), Hkv * D, E);
-    L.wo = b.matrix(nm.layer(l, "o"), E, H * D);
-    if (c.attention_bias || (gguf && b.has(nm.layer(l, "bq")))) {
-      L.bq = b.vec(nm.layer(l, "bq"), H * D);
-      L.bk = b.vec(nm.layer(l, "bk"), Hkv * D);
-      L.bv = b.vec(nm.layer(l, "bv"), Hkv * D);
-      if (b.has(nm.layer(l, "bo"))) L.bo = b.vec(nm.layer(l, "bo"), E);
+    auto name = [&](const char* part) { return nm.layer(l, part); };
+    L.attn_norm = b.vec(name("attn_norm"), E);
+    L.ffn_norm = b.vec(name("ffn_norm"), E);
+    if (c.is_linear(l)) {
+      bind_gdn(b, c, l, name, L);
+    } else if (c.attn_output_gate) {
+      // q_proj rows per head: D query rows, then D gate rows.
+      std::vector<int64_t> q_rows, g_rows;
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < D; ++i) {
+          q_rows.push_back(h * 2 * D + i);
+          g_rows.push_back(h * 2 * D + D + i);
+        }
+      L.wq = b.gather_rows(name("q"), 2 * H * D, E, q_rows);
+      L.wq_gate = b.gather_rows(name("q"), 2 * H * D, E, g_rows);
+    } else {
+      L.wq = b.matrix(name("q"), H * D, E);
     }
-    if (c.qk_norm) {
-      L.q_norm = b.vec(nm.layer(l, "q_norm"), D);
-      L.k_norm = b.vec(nm.layer(l, "k_norm"), D);
+    if (!c.is_linear(l)) {
+      L.wk = b.matrix(name("k"), Hkv * D, E);
+      L.wv = b.matrix(name("v"), Hkv * D, E);
+      L.wo = b.matrix(name("o"), E, H * D);
+      if (c.attention_bias || (gguf && b.has(name("bq")))) {
+        L.bq = b.vec(name("bq"), H * D);
+        L.bk = b.vec(name("bk"), Hkv * D);
+        L.bv = b.vec(name("bv"), Hkv * D);
+        if (b.has(name("bo"))) L.bo = b.vec(name("bo"), E);
+      }
+      if (c.qk_norm) {
+        L.q_norm = b.vec(name("q_norm"), D);
+        L.k_norm = b.vec(name("k_norm"), D);
+      }
     }
-    L.w_gate = b.matrix(nm.layer(l, "gate"), F, E);
-    L.w_up = b.matrix(nm.layer(l, "up"), F, E);
-    L.w_down = b.matrix(nm.layer(l, "down"), E, F);
+    if (c.is_moe(l)) {
+      bind_moe(b, c, name, L);
+    } else {
+      if (F <= 0) fail("[{}] {}: layer {} has a dense MLP but intermediate_size is not set", c.arch,
+                       ck.path, l);
+      L.w_gate = b.matrix(name("gate"), F, E);
+      L.w_up = b.matrix(name("up"), F, E);
+      L.w_down = b.matrix(name("down"), E, F);
+    }
+    if (c.zero_centred_norms)  // (1 + w), as those models compute it, in f32
+      for (auto* v : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm})
+        for (float& x : *v) x = 1.0f + x;
     w.layers.push_back(std::move(L));
   }
+  if (c.zero_centred_norms)
+    for (float& x : w.out_norm) x = 1.0f + x;
   return w;
 }
 
@@ -181,7 +326,7 @@ std::unique_ptr<Model> model_from_checkpoint(io::Checkpoint ck) {
     const std::string& arch = ck.gguf->get("general.architecture").as_string();
     const ArchSpec* spec = nullptr;
     for (const ArchSpec* s : arch_all())
-      if (s->gguf_arch == arch) spec = s;
+      if (s->from_gguf && s->gguf_arch == arch) spec = s;
     if (!spec)
       fail("[models] {}: unknown architecture '{}' (supported: llama, qwen3)", ck.path, arch);
     spec->from_gguf(*ck.gguf, c);
@@ -208,7 +353,8 @@ std::unique_ptr<Model> model_from_checkpoint(io::Checkpoint ck) {
     if (!spec)
       fail(
           "[models] {}: unknown architecture '{}' (supported: LlamaForCausalLM, "
-          "Qwen3ForCausalLM)",
+          "Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen3NextForCausalLM, Qwen3_5ForCausalLM, "
+          "Qwen3_5MoeForCausalLM, Qwen3_5(Moe)ForConditionalGeneration)",
           file, cls);
     c.hf_class = cls;
     spec->from_hf(ck.config, file, c);

@@ -26,8 +26,24 @@ struct RopeConfig {
   std::vector<float> freq_factors;  // GGUF rope_freqs.weight (divides the frequencies)
 };
 
+// Gated DeltaNet (linear attention) sizes of hybrid models (Qwen3.5, Qwen3-Next).
+struct GdnConfig {
+  int64_t k_heads = 0, v_heads = 0, k_dim = 0, v_dim = 0, conv_kernel = 0;
+  bool interleaved = false;  // Qwen3-Next's in_proj_qkvz / in_proj_ba (regrouped at load)
+  int64_t key_dim() const { return k_heads * k_dim; }
+  int64_t value_dim() const { return v_heads * v_dim; }
+  int64_t channels() const { return 2 * key_dim() + value_dim(); }
+};
+
+// Mixture-of-experts feed-forward sizes (Qwen3-MoE, Qwen3-Next, Qwen3.5-MoE).
+struct MoeConfig {
+  int64_t n_experts = 0, top_k = 0, intermediate = 0;
+  bool norm_topk = false;
+  int64_t shared_intermediate = 0;  // 0: no shared expert
+};
+
 struct ModelConfig {
-  std::string arch;      // "llama" | "qwen3"
+  std::string arch;      // "llama" | "qwen3" | "qwen3_moe" | "qwen3_next" | "qwen3_5"
   std::string hf_class;  // e.g. "LlamaForCausalLM"
   int64_t vocab = 0, hidden = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0,
           intermediate = 0, max_context = 0;
@@ -38,13 +54,32 @@ struct ModelConfig {
   RopeConfig rope;
   std::vector<int32_t> eos_ids;  // from generation_config / config / GGUF
   int32_t bos_id = -1;
+  // Hybrid and MoE models. Per layer: Gated DeltaNet instead of attention / MoE instead of
+  // the dense MLP (empty: none).
+  std::vector<bool> linear_layers, moe_layers;
+  GdnConfig gdn;
+  MoeConfig moe;
+  bool attn_output_gate = false;  // q_proj also yields a per-head sigmoid gate (Qwen3.5/Next)
+  bool zero_centred_norms = false;  // RMSNorms scale by (1 + w) (Qwen3.5/Next)
+  std::string tensor_prefix = "model.";  // "model.language_model." in multimodal checkpoints
+
+  bool is_linear(int64_t l) const { return !linear_layers.empty() && linear_layers[size_t(l)]; }
+  bool is_moe(int64_t l) const { return !moe_layers.empty() && moe_layers[size_t(l)]; }
+  int64_t n_attention_layers() const;  // layers with a KV cache
 };
 
 struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm, q_norm, k_norm;  // [E], [E], [D], [D]
   WeightRef wq, wk, wv, wo;                                // [H·D, E] [Hkv·D, E] … [E, H·D]
+  WeightRef wq_gate;                                       // gated attention: [H·D, E]
   std::vector<float> bq, bk, bv, bo;                       // optional biases
   WeightRef w_gate, w_up, w_down;                          // [F, E] [F, E] [E, F]
+  // Gated DeltaNet: projections [C, E] [Vd, E] [Hv, E] [Hv, E], out [E, Vd]; conv [C, K].
+  WeightRef gdn_qkv, gdn_z, gdn_b, gdn_a, gdn_out;
+  std::vector<float> gdn_conv, gdn_A_log, gdn_dt_bias, gdn_norm;
+  // MoE: router [n_experts, E], experts, shared expert (+ its gate [1, E]).
+  WeightRef router, shared_gate, shared_up, shared_down, shared_router;
+  std::vector<WeightRef> ex_gate, ex_up, ex_down;
 };
 
 struct ModelWeights {
@@ -89,7 +124,9 @@ class Model {
                float* logits, bool all_logits, int32_t* argmax = nullptr);
   // A pool for `tokens` positions in the backend's memory and KV dtype, in blocks of
   // `block_size` rounded up to the backend's block multiple.
-  std::unique_ptr<KvPool> new_kv_pool(Backend& be, int64_t tokens, int64_t block_size = 16) const;
+  // Hybrid models also get `max_seqs` recurrent-state slots (sequences alive at once).
+  std::unique_ptr<KvPool> new_kv_pool(Backend& be, int64_t tokens, int64_t block_size = 16,
+                                      int64_t max_seqs = 4) const;
   // Makes the weights resident in the backend's memory (forward does it on first use).
   void bind(Backend& be);
   // Bytes of the scratch arena of the largest pass run so far (forward grows it on demand).
@@ -107,7 +144,13 @@ class Model {
   struct BoundLayer {
     const float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
     const float *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;
-    WeightRef wq, wk, wv, wo, w_gate, w_up, w_down;
+    WeightRef wq, wk, wv, wo, wq_gate, w_gate, w_up, w_down;
+    WeightRef gdn_qkv, gdn_z, gdn_b, gdn_a, gdn_out;
+    const float *gdn_conv = nullptr, *gdn_A_log = nullptr, *gdn_dt_bias = nullptr,
+                *gdn_norm = nullptr;
+    WeightRef router, shared_gate, shared_up, shared_down, shared_router;
+    std::vector<WeightRef> ex_gate, ex_up, ex_down;
+    int64_t cache_layer = -1;  // index of this layer's KV (attention) or state (GDN) arrays
   };
   struct Bound {
     uint64_t backend = 0;  // Backend::id()
@@ -125,10 +168,16 @@ class Model {
     uint64_t generation = 0;  // bumps when the arena moves
     float *x = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *gate = nullptr,
           *up = nullptr, *cos = nullptr, *sin = nullptr, *logits = nullptr;
+    // hybrid / MoE: attention gate, GDN projections and output, router logits, shared expert
+    float *qgate = nullptr, *mix = nullptr, *z = nullptr, *gb = nullptr, *ga = nullptr,
+          *gout = nullptr, *rlog = nullptr, *shared = nullptr, *sgate = nullptr;
     int32_t* argmax = nullptr;
     void *xn = nullptr, *att = nullptr, *act = nullptr;
   };
   void ensure_scratch(Backend& be, int64_t T, int64_t rows);
+  void attention_block(Backend& be, KvPool& pool, const BoundLayer& L, int64_t T, float scale);
+  void gdn_block(Backend& be, KvPool& pool, const BoundLayer& L, int64_t T);
+  void moe_block(Backend& be, const BoundLayer& L, int64_t T);
   ModelConfig cfg_;
   ModelWeights w_;
   io::Checkpoint ckpt_;
@@ -139,6 +188,7 @@ class Model {
   std::vector<int64_t> pos_, table_sizes_;
   std::vector<int32_t> ids_;
   std::vector<const int32_t*> tables_;
+  std::vector<int32_t> slots_;
 };
 
 // Opens the checkpoint at path ("" = embedded default model) and builds the model.

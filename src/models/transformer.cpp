@@ -58,28 +58,56 @@ int64_t Model::param_count() const {
   return n;
 }
 
+int64_t ModelConfig::n_attention_layers() const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < n_layers; ++l) n += is_linear(l) ? 0 : 1;
+  return n;
+}
+
 namespace {
 int64_t weight_bytes(const WeightRef& w) {
   return int64_t(dtype_bytes(w.dtype, w.rows * w.cols));
+}
+
+// The matrices one token reads in a layer: all of them except the routed experts, of which
+// `top_k` (a decode step reads that many distinct experts; counted as the average size).
+template <typename Fn>
+void for_each_read_matrix(const LayerWeights& L, int64_t top_k, Fn&& fn) {
+  for (const WeightRef* w : {&L.wq, &L.wq_gate, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up,
+                             &L.w_down, &L.gdn_qkv, &L.gdn_z, &L.gdn_b, &L.gdn_a, &L.gdn_out,
+                             &L.router, &L.shared_gate, &L.shared_up, &L.shared_down,
+                             &L.shared_router})
+    if (w->data) fn(*w, 1.0);
+  const double share = L.ex_gate.empty() ? 0.0 : double(top_k) / double(L.ex_gate.size());
+  for (const auto* v : {&L.ex_gate, &L.ex_up, &L.ex_down})
+    for (const WeightRef& w : *v) fn(w, share);
 }
 }  // namespace
 
 int64_t Model::decode_bytes(int64_t context, size_t kv_elem_bytes) const {
   const ModelConfig& c = cfg_;
-  int64_t b = weight_bytes(w_.lm_head) + weight_bytes(w_.embed) / c.vocab;
+  double b = double(weight_bytes(w_.lm_head) + weight_bytes(w_.embed) / c.vocab);
   for (const LayerWeights& L : w_.layers)
-    for (const WeightRef* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-      b += weight_bytes(*w);
-  return b + 2 * c.n_layers * context * c.n_kv_heads * c.head_dim * int64_t(kv_elem_bytes);
+    for_each_read_matrix(L, c.moe.top_k,
+                         [&](const WeightRef& w, double f) { b += f * double(weight_bytes(w)); });
+  // Recurrent state (hybrid layers) is read and written once per token, in f32.
+  const int64_t state = (c.n_layers - c.n_attention_layers()) *
+                        (c.gdn.channels() * (c.gdn.conv_kernel - 1) +
+                         c.gdn.v_heads * c.gdn.k_dim * c.gdn.v_dim) * 4;
+  return int64_t(b) + 2 * state +
+         2 * c.n_attention_layers() * context * c.n_kv_heads * c.head_dim * int64_t(kv_elem_bytes);
 }
 
 double Model::token_flops(int64_t context) const {
   const ModelConfig& c = cfg_;
   double f = 2.0 * double(w_.lm_head.rows * w_.lm_head.cols);
   for (const LayerWeights& L : w_.layers)
-    for (const WeightRef* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-      f += 2.0 * double(w->rows * w->cols);
-  return f + 4.0 * double(c.n_layers * context * c.n_heads * c.head_dim);
+    for_each_read_matrix(L, c.moe.top_k, [&](const WeightRef& w, double share) {
+      f += share * 2.0 * double(w.rows * w.cols);
+    });
+  const double gdn = 6.0 * double(c.gdn.v_heads * c.gdn.k_dim * c.gdn.v_dim);
+  return f + double(c.n_layers - c.n_attention_layers()) * gdn +
+         4.0 * double(c.n_attention_layers() * context * c.n_heads * c.head_dim);
 }
 
 std::string Model::weight_dtypes() const {
@@ -92,15 +120,25 @@ std::string Model::weight_dtypes() const {
   return s;
 }
 
-std::unique_ptr<KvPool> Model::new_kv_pool(Backend& be, int64_t tokens, int64_t block_size) const {
+std::unique_ptr<KvPool> Model::new_kv_pool(Backend& be, int64_t tokens, int64_t block_size,
+                                           int64_t max_seqs) const {
   const int64_t m = be.kv_block_multiple();
   block_size = (block_size + m - 1) / m * m;
   KvStorage st;
   st.alloc = [&be](size_t n) { return be.alloc(n); };
   st.free = [&be](void* p) { be.dealloc(p); };
   st.elem_bytes = dtype_bytes(be.kv_dtype(), 1);
-  return std::make_unique<KvPool>(cfg_.n_layers, (tokens + block_size - 1) / block_size, block_size,
-                                  cfg_.n_kv_heads, cfg_.head_dim, std::move(st));
+  KvStateSpec state;
+  const GdnConfig& g = cfg_.gdn;
+  if (cfg_.n_attention_layers() < cfg_.n_layers) {
+    state.slots = std::max<int64_t>(max_seqs, 1);
+    state.layers = cfg_.n_layers - cfg_.n_attention_layers();
+    state.conv_floats = g.channels() * (g.conv_kernel - 1);
+    state.rec_floats = g.v_heads * g.k_dim * g.v_dim;
+  }
+  return std::make_unique<KvPool>(cfg_.n_attention_layers(), (tokens + block_size - 1) / block_size,
+                                  block_size, cfg_.n_kv_heads, cfg_.head_dim, std::move(st),
+                                  state);
 }
 
 void Model::check_backend(const Backend& be) const {
@@ -112,11 +150,15 @@ void Model::check_backend(const Backend& be) const {
   };
   check(w_.embed, "embedding");
   check(w_.lm_head, "lm_head");
-  for (size_t l = 0; l < w_.layers.size(); ++l) {
-    const LayerWeights& L = w_.layers[l];
-    for (const WeightRef* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-      check(*w, fmt::format("layer {}", l));
-  }
+  if (cfg_.n_attention_layers() < cfg_.n_layers && !be.supports_hybrid())
+    fail("[model] backend '{}' cannot run Gated-DeltaNet layers ({})", be.name(), cfg_.hf_class);
+  if (cfg_.moe.n_experts > 0 && !be.supports_moe())
+    fail("[model] backend '{}' cannot run mixture-of-experts layers ({})", be.name(),
+         cfg_.hf_class);
+  for (size_t l = 0; l < w_.layers.size(); ++l)
+    for_each_read_matrix(w_.layers[l], 1, [&](const WeightRef& w, double) {
+      check(w, fmt::format("layer {}", l));
+    });
 }
 
 void Model::bind(Backend& be) {
@@ -131,16 +173,28 @@ void Model::bind(Backend& be) {
   b.lm_head = w_.lm_head.data == w_.embed.data ? b.embed : be.prepare_weight(w_.lm_head);
   b.out_norm = vec(w_.out_norm);
   b.inv_freq = vec(inv_freq_);
-  for (const LayerWeights& L : w_.layers) {
+  auto mat = [&](const WeightRef& w) { return w.data ? be.prepare_weight(w) : WeightRef{}; };
+  int64_t n_attn = 0, n_lin = 0;
+  for (size_t l = 0; l < w_.layers.size(); ++l) {
+    const LayerWeights& L = w_.layers[l];
     BoundLayer d;
+    d.cache_layer = cfg_.is_linear(int64_t(l)) ? n_lin++ : n_attn++;
     d.attn_norm = vec(L.attn_norm), d.ffn_norm = vec(L.ffn_norm);
     d.q_norm = vec(L.q_norm), d.k_norm = vec(L.k_norm);
     d.bq = vec(L.bq), d.bk = vec(L.bk), d.bv = vec(L.bv), d.bo = vec(L.bo);
-    d.wq = be.prepare_weight(L.wq), d.wk = be.prepare_weight(L.wk);
-    d.wv = be.prepare_weight(L.wv), d.wo = be.prepare_weight(L.wo);
-    d.w_gate = be.prepare_weight(L.w_gate), d.w_up = be.prepare_weight(L.w_up);
-    d.w_down = be.prepare_weight(L.w_down);
-    b.layers.push_back(d);
+    d.wq = mat(L.wq), d.wk = mat(L.wk), d.wv = mat(L.wv), d.wo = mat(L.wo);
+    d.wq_gate = mat(L.wq_gate);
+    d.w_gate = mat(L.w_gate), d.w_up = mat(L.w_up), d.w_down = mat(L.w_down);
+    d.gdn_qkv = mat(L.gdn_qkv), d.gdn_z = mat(L.gdn_z), d.gdn_b = mat(L.gdn_b);
+    d.gdn_a = mat(L.gdn_a), d.gdn_out = mat(L.gdn_out);
+    d.gdn_conv = vec(L.gdn_conv), d.gdn_A_log = vec(L.gdn_A_log);
+    d.gdn_dt_bias = vec(L.gdn_dt_bias), d.gdn_norm = vec(L.gdn_norm);
+    d.router = mat(L.router), d.shared_gate = mat(L.shared_gate), d.shared_up = mat(L.shared_up);
+    d.shared_down = mat(L.shared_down), d.shared_router = mat(L.shared_router);
+    for (const WeightRef& w : L.ex_gate) d.ex_gate.push_back(mat(w));
+    for (const WeightRef& w : L.ex_up) d.ex_up.push_back(mat(w));
+    for (const WeightRef& w : L.ex_down) d.ex_down.push_back(mat(w));
+    b.layers.push_back(std::move(d));
   }
   b.backend = be.id();
   bound_ = std::move(b);
@@ -153,36 +207,58 @@ void Model::bind(Backend& be) {
 // are born, so they share bytes. Nothing here grows with the context.
 memory::Program Model::scratch_program(const Backend& be, int64_t T, int64_t rows) const {
   const ModelConfig& c = cfg_;
+  const GdnConfig& g = c.gdn;
+  const bool hybrid = c.n_attention_layers() < c.n_layers, moe = c.moe.n_experts > 0;
+  bool dense = false;
+  for (int64_t l = 0; l < c.n_layers; ++l) dense = dense || !c.is_moe(l);
   const int64_t E = c.hidden, HD = c.n_heads * c.head_dim, KD = c.n_kv_heads * c.head_dim,
-                F = c.intermediate, half = c.rope.dim / 2;
+                F = std::max(dense ? c.intermediate : 0, c.moe.shared_intermediate),
+                half = c.rope.dim / 2, AD = std::max(HD, hybrid ? g.value_dim() : 0);
   const size_t act = dtype_bytes(be.act_dtype(), 1), f32 = 4;
   auto n = [](int64_t a, int64_t b, size_t bytes) { return size_t(a * b) * bytes; };
   memory::Program p;
+  std::vector<int> dies_at_7, dies_at_11;
   p.op();  // 0 embedding
   const int x = p.value("x", n(T, E, f32)), o = p.value("o", n(T, E, f32));
   p.op();  // 1 rope angles
   const int cs = p.value("cos", n(T, half, f32)), sn = p.value("sin", n(T, half, f32));
   p.op();  // 2 attention norm
   const int xn = p.value("xn", n(std::max(T, rows), E, act));
-  p.op();  // 3 q/k/v projections
+  p.op();  // 3 q/k/v projections (GDN: its four input projections)
   const int q = p.value("q", n(T, HD, f32)), k = p.value("k", n(T, KD, f32)),
             v = p.value("v", n(T, KD, f32));
+  if (c.attn_output_gate) dies_at_7.push_back(p.value("qgate", n(T, HD, f32)));
+  if (hybrid) {
+    for (auto [name, w] : {std::pair{"mix", g.channels()}, {"z", g.value_dim()},
+                           {"gb", g.v_heads}, {"ga", g.v_heads}})
+      dies_at_7.push_back(p.value(name, n(T, w, f32)));
+  }
   p.op();  // 4 q/k norm, rope
   p.op();  // 5 K/V into the cache
   p.use(k), p.use(v);
-  p.op();  // 6 attention
+  p.op();  // 6 attention (GDN: the recurrence)
   p.use(q);
-  const int att = p.value("att", n(T, HD, act));
-  p.op();  // 7 output projection
+  const int att = p.value("att", n(T, AD, act));
+  if (hybrid) dies_at_7.push_back(p.value("gout", n(T, g.value_dim(), f32)));
+  p.op();  // 7 output gate / gated norm, output projection
   p.use(att);
+  for (int id : dies_at_7) p.use(id);
   p.op();  // 8 residual add + MLP norm
-  p.op();  // 9 gate/up projections
+  p.op();  // 9 gate/up projections (MoE: router logits, shared expert and its gate)
   const int gate = p.value("gate", n(T, F, f32)), up = p.value("up", n(T, F, f32));
+  if (moe) {
+    dies_at_11.push_back(p.value("rlog", n(T, c.moe.n_experts, f32)));
+    if (c.moe.shared_intermediate > 0) {
+      dies_at_11.push_back(p.value("shared", n(T, E, f32)));
+      dies_at_11.push_back(p.value("sgate", n(T, 1, f32)));
+    }
+  }
   p.op();  // 10 swiglu
   p.use(gate), p.use(up);
   const int a = p.value("act", n(T, F, act));
-  p.op();  // 11 down projection
+  p.op();  // 11 down projection (MoE: the experts, the gated shared expert)
   p.use(a);
+  for (int id : dies_at_11) p.use(id);
   p.op();  // 12 final norm, LM head
   if (!be.host_memory()) {
     p.value("logits", n(rows, c.vocab, f32));
@@ -208,25 +284,23 @@ void Model::ensure_scratch(Backend& be, int64_t T, int64_t rows) {
   const memory::Plan plan = memory::plan(prog.values());
   s.arena = be.alloc(plan.peak);
   s.logits = nullptr;
-  for (size_t i = 0; i < prog.values().size(); ++i) {
-    void* ptr = static_cast<char*>(s.arena) + plan.offsets[i];
-    const std::string& name = prog.values()[i].name;
-    void** slot = name == "x"        ? reinterpret_cast<void**>(&s.x)
-                  : name == "o"      ? reinterpret_cast<void**>(&s.o)
-                  : name == "cos"    ? reinterpret_cast<void**>(&s.cos)
-                  : name == "sin"    ? reinterpret_cast<void**>(&s.sin)
-                  : name == "xn"     ? &s.xn
-                  : name == "q"      ? reinterpret_cast<void**>(&s.q)
-                  : name == "k"      ? reinterpret_cast<void**>(&s.k)
-                  : name == "v"      ? reinterpret_cast<void**>(&s.v)
-                  : name == "att"    ? &s.att
-                  : name == "gate"   ? reinterpret_cast<void**>(&s.gate)
-                  : name == "up"     ? reinterpret_cast<void**>(&s.up)
-                  : name == "act"    ? &s.act
-                  : name == "argmax" ? reinterpret_cast<void**>(&s.argmax)
-                                     : reinterpret_cast<void**>(&s.logits);
-    *slot = ptr;
-  }
+  const std::map<std::string, void**> slot = {
+      {"x", reinterpret_cast<void**>(&s.x)},         {"o", reinterpret_cast<void**>(&s.o)},
+      {"cos", reinterpret_cast<void**>(&s.cos)},     {"sin", reinterpret_cast<void**>(&s.sin)},
+      {"xn", &s.xn},                                 {"q", reinterpret_cast<void**>(&s.q)},
+      {"k", reinterpret_cast<void**>(&s.k)},         {"v", reinterpret_cast<void**>(&s.v)},
+      {"att", &s.att},                               {"gate", reinterpret_cast<void**>(&s.gate)},
+      {"up", reinterpret_cast<void**>(&s.up)},       {"act", &s.act},
+      {"argmax", reinterpret_cast<void**>(&s.argmax)},
+      {"logits", reinterpret_cast<void**>(&s.logits)},
+      {"qgate", reinterpret_cast<void**>(&s.qgate)}, {"mix", reinterpret_cast<void**>(&s.mix)},
+      {"z", reinterpret_cast<void**>(&s.z)},         {"gb", reinterpret_cast<void**>(&s.gb)},
+      {"ga", reinterpret_cast<void**>(&s.ga)},       {"gout", reinterpret_cast<void**>(&s.gout)},
+      {"rlog", reinterpret_cast<void**>(&s.rlog)},
+      {"shared", reinterpret_cast<void**>(&s.shared)},
+      {"sgate", reinterpret_cast<void**>(&s.sgate)}};
+  for (size_t i = 0; i < prog.values().size(); ++i)
+    *slot.at(prog.values()[i].name) = static_cast<char*>(s.arena) + plan.offsets[i];
   s.be = &be;
   s.backend = be.id();
   s.T = T, s.rows = rows;
@@ -242,6 +316,88 @@ void Model::forward(Backend& be, KvPool& pool, KvSequence& seq, std::span<const 
   forward(be, pool, std::span(&item, 1), logits, argmax);
 }
 
+// Causal GQA attention (optionally with Qwen3.5's per-head output gate): s.xn → s.o.
+void Model::attention_block(Backend& be, KvPool& pool, const BoundLayer& L, int64_t T,
+                            float scale) {
+  const ModelConfig& c = cfg_;
+  const int64_t E = c.hidden, H = c.n_heads, Hkv = c.n_kv_heads, D = c.head_dim;
+  Scratch& s = scratch_;
+  be.matmul(s.xn, T, L.wq, s.q);
+  if (L.wq_gate.data) be.matmul(s.xn, T, L.wq_gate, s.qgate);
+  be.matmul(s.xn, T, L.wk, s.k);
+  be.matmul(s.xn, T, L.wv, s.v);
+  if (L.bq) be.add_bias(s.q, L.bq, T, H * D);
+  if (L.bk) be.add_bias(s.k, L.bk, T, Hkv * D);
+  if (L.bv) be.add_bias(s.v, L.bv, T, Hkv * D);
+  if (c.qk_norm) {  // per-head RMSNorm before RoPE (Qwen3)
+    be.head_rmsnorm(s.q, L.q_norm, T * H, D, c.rms_eps);
+    be.head_rmsnorm(s.k, L.k_norm, T * Hkv, D, c.rms_eps);
+  }
+  be.rope(s.q, T, H, D, c.rope.dim, s.cos, s.sin, c.rope.style);
+  be.rope(s.k, T, Hkv, D, c.rope.dim, s.cos, s.sin, c.rope.style);
+  // This pass's K/V rows go into the cache before attention reads them.
+  const int64_t kl = L.cache_layer;
+  be.kv_write(s.k, s.v, pool.k(kl), pool.v(kl), Hkv * D);
+  AttentionArgs a;
+  a.q = s.q;
+  a.out = s.att;
+  a.k = pool.k(kl);
+  a.v = pool.v(kl);
+  a.T = T, a.H = H, a.Hkv = Hkv, a.D = D, a.block_size = pool.block_size();
+  a.block_tables = tables_.data();
+  a.pos = pos_.data();
+  a.scale = scale;
+  be.attention(a);
+  if (L.wq_gate.data) be.sigmoid_mul(s.att, s.qgate, T * H * D);
+  be.matmul(s.att, T, L.wo, s.o);
+  if (L.bo) be.add_bias(s.o, L.bo, T, E);
+}
+
+// Gated DeltaNet: input projections, conv + recurrence (state in the pool's slots), gated
+// RMSNorm, output projection: s.xn → s.o.
+void Model::gdn_block(Backend& be, KvPool& pool, const BoundLayer& L, int64_t T) {
+  const ModelConfig& c = cfg_;
+  const GdnConfig& g = c.gdn;
+  Scratch& s = scratch_;
+  be.matmul(s.xn, T, L.gdn_qkv, s.mix);
+  be.matmul(s.xn, T, L.gdn_z, s.z);
+  be.matmul(s.xn, T, L.gdn_b, s.gb);
+  be.matmul(s.xn, T, L.gdn_a, s.ga);
+  GdnArgs a;
+  a.qkv = s.mix, a.b = s.gb, a.a = s.ga;
+  a.conv_w = L.gdn_conv, a.A_log = L.gdn_A_log, a.dt_bias = L.gdn_dt_bias;
+  a.conv_state = pool.conv_state(L.cache_layer);
+  a.rec_state = pool.rec_state(L.cache_layer);
+  a.out = s.gout;
+  a.T = T, a.Hk = g.k_heads, a.Hv = g.v_heads, a.Dk = g.k_dim, a.Dv = g.v_dim;
+  a.K = g.conv_kernel;
+  be.gdn(a);
+  be.gated_rmsnorm(s.gout, s.z, L.gdn_norm, s.att, T * g.v_heads, g.v_dim, c.rms_eps);
+  be.matmul(s.att, T, L.gdn_out, s.o);
+}
+
+// Routed experts (+ the sigmoid-gated shared expert): s.xn → s.o.
+void Model::moe_block(Backend& be, const BoundLayer& L, int64_t T) {
+  const ModelConfig& c = cfg_;
+  const MoeConfig& m = c.moe;
+  Scratch& s = scratch_;
+  be.matmul(s.xn, T, L.router, s.rlog);
+  MoeArgs a;
+  a.x = s.xn, a.router = s.rlog, a.out = s.o;
+  a.T = T, a.E = c.hidden, a.F = m.intermediate, a.n_experts = m.n_experts, a.top_k = m.top_k;
+  a.norm_topk = m.norm_topk;
+  a.gate = L.ex_gate.data(), a.up = L.ex_up.data(), a.down = L.ex_down.data();
+  be.moe(a);
+  if (m.shared_intermediate > 0) {
+    be.matmul(s.xn, T, L.shared_gate, s.gate);
+    be.matmul(s.xn, T, L.shared_up, s.up);
+    be.swiglu(s.gate, s.up, s.act, T * m.shared_intermediate);
+    be.matmul(s.act, T, L.shared_down, s.shared);
+    be.matmul(s.xn, T, L.shared_router, s.sgate);
+    be.gated_add(s.o, s.shared, s.sgate, T, c.hidden);
+  }
+}
+
 void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch, float* logits,
                     int32_t* argmax) {
   const ModelConfig& c = cfg_;
@@ -252,6 +408,8 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
   pos_.clear();
   tables_.clear();
   table_sizes_.clear();
+  slots_.clear();
+  const bool hybrid = pool.has_state();
   int64_t rows = 0;  // rows that need logits
   uint64_t key = 0xcbf29ce484222325ull;
   auto mix = [&key](uint64_t v) { key = (key ^ v) * 0x100000001b3ull; };
@@ -267,7 +425,10 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
       pos_.push_back(it.seq->length + i);
       tables_.push_back(it.seq->blocks.data());
       table_sizes_.push_back(int64_t(it.seq->blocks.size()));
+      if (hybrid) slots_.push_back(it.seq->slot);
     }
+    if (hybrid && it.seq->slot < 0 && n > 0)
+      fail("[model] sequence has no recurrent-state slot (reserve it in the pool first)");
     rows += it.all_logits ? n : (n > 0 ? 1 : 0);
     mix(uint64_t(n) * 2 + (it.all_logits ? 1 : 0));
   }
@@ -285,9 +446,12 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
   PassRows pr;
   pr.T = T, pr.ids = ids_.data(), pr.pos = pos_.data(), pr.tables = tables_.data();
   pr.table_sizes = table_sizes_.data(), pr.block_size = pool.block_size();
+  pr.slots = hybrid ? slots_.data() : nullptr;
   be.begin_pass(pr);
   // The program's identity: the row layout, the arena and the cache it writes.
-  mix(uint64_t(T)), mix(s.generation), mix(reinterpret_cast<uintptr_t>(pool.k(0)));
+  mix(uint64_t(T)), mix(s.generation);
+  mix(c.n_attention_layers() > 0 ? reinterpret_cast<uintptr_t>(pool.k(0)) : 0);
+  if (hybrid) mix(reinterpret_cast<uintptr_t>(pool.rec_state(0)));
   mix(argmax ? 1 : 0);
   int32_t* ids_out = be.host_memory() ? argmax : s.argmax;
   float* out = be.host_memory() ? logits : s.logits;
@@ -295,6 +459,7 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
   be.run(key, [&] {
     const float scale = 1.0f / std::sqrt(float(D));
     const int64_t half = c.rope.dim / 2;
+    (void)H, (void)Hkv;
     be.embedding(w.embed, s.x);
     be.rope_angles(w.inv_freq, half, s.cos, s.sin);
     for (int64_t l = 0; l < c.n_layers; ++l) {
@@ -303,37 +468,20 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
         be.rmsnorm(s.x, L.attn_norm, s.xn, T, E, c.rms_eps);
       else  // the previous layer's MLP output joins the residual stream
         be.add_rmsnorm(s.x, s.o, L.attn_norm, s.xn, T, E, c.rms_eps);
-      be.matmul(s.xn, T, L.wq, s.q);
-      be.matmul(s.xn, T, L.wk, s.k);
-      be.matmul(s.xn, T, L.wv, s.v);
-      if (L.bq) be.add_bias(s.q, L.bq, T, H * D);
-      if (L.bk) be.add_bias(s.k, L.bk, T, Hkv * D);
-      if (L.bv) be.add_bias(s.v, L.bv, T, Hkv * D);
-      if (c.qk_norm) {  // per-head RMSNorm before RoPE (Qwen3)
-        be.head_rmsnorm(s.q, L.q_norm, T * H, D, c.rms_eps);
-        be.head_rmsnorm(s.k, L.k_norm, T * Hkv, D, c.rms_eps);
+      if (c.is_linear(l)) {
+        gdn_block(be, pool, L, T);
+      } else {
+        attention_block(be, pool, L, T, scale);
       }
-      be.rope(s.q, T, H, D, c.rope.dim, s.cos, s.sin, c.rope.style);
-      be.rope(s.k, T, Hkv, D, c.rope.dim, s.cos, s.sin, c.rope.style);
-      // This pass's K/V rows go into the cache before attention reads them.
-      be.kv_write(s.k, s.v, pool.k(l), pool.v(l), Hkv * D);
-      AttentionArgs a;
-      a.q = s.q;
-      a.out = s.att;
-      a.k = pool.k(l);
-      a.v = pool.v(l);
-      a.T = T, a.H = H, a.Hkv = Hkv, a.D = D, a.block_size = pool.block_size();
-      a.block_tables = tables_.data();
-      a.pos = pos_.data();
-      a.scale = scale;
-      be.attention(a);
-      be.matmul(s.att, T, L.wo, s.o);
-      if (L.bo) be.add_bias(s.o, L.bo, T, E);
       be.add_rmsnorm(s.x, s.o, L.ffn_norm, s.xn, T, E, c.rms_eps);
-      be.matmul(s.xn, T, L.w_gate, s.gate);
-      be.matmul(s.xn, T, L.w_up, s.up);
-      be.swiglu(s.gate, s.up, s.act, T * F);
-      be.matmul(s.act, T, L.w_down, s.o);
+      if (c.is_moe(l)) {
+        moe_block(be, L, T);
+      } else {
+        be.matmul(s.xn, T, L.w_gate, s.gate);
+        be.matmul(s.xn, T, L.w_up, s.up);
+        be.swiglu(s.gate, s.up, s.act, T * F);
+        be.matmul(s.act, T, L.w_down, s.o);
+      }
     }
     be.add(s.x, s.o, T * E);
     // Final norm and LM head on the rows that need logits only.

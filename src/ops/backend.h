@@ -52,6 +52,8 @@ struct PassRows {
   const int32_t* const* tables = nullptr;  // [T]
   const int64_t* table_sizes = nullptr;    // [T] blocks in tables[t]
   int64_t block_size = 0;
+  // [T] the recurrent-state slot of the row's sequence (hybrid models; nullptr otherwise).
+  const int32_t* slots = nullptr;
 };
 
 // Causal attention of T query rows over a paged KV cache. Row t belongs to a sequence whose
@@ -78,6 +80,48 @@ struct AttentionArgs {
   int64_t kv_offset(int64_t t, int64_t j) const {
     return (int64_t(block_tables[t][j / block_size]) * block_size + j % block_size) * Hkv * D;
   }
+};
+
+// Mixture-of-experts feed-forward (Qwen3-MoE family), routing included. Per row t: p =
+// softmax(router[t, :]) in f32; the top_k experts by p (largest first, the lower index on
+// ties); when norm_topk their p are divided by their sum; then
+//   out[t] = Σ_k p_k · down_e(silu(gate_e · x[t]) ⊙ (up_e · x[t]))     (e = the k-th expert)
+// summed in rank order k = 0, 1, …. Each expert's products are matmuls of this backend, so a
+// row's result does not depend on which other rows share the pass.
+struct MoeArgs {
+  const void* x = nullptr;         // [T, E] act_dtype (the normed input)
+  const float* router = nullptr;   // [T, n_experts] router logits
+  float* out = nullptr;            // [T, E] f32, overwritten
+  int64_t T = 0, E = 0, F = 0, n_experts = 0, top_k = 0;
+  bool norm_topk = false;
+  const WeightRef* gate = nullptr;  // [n_experts] expert matrices, each [F, E]
+  const WeightRef* up = nullptr;    // [n_experts] each [F, E]
+  const WeightRef* down = nullptr;  // [n_experts] each [E, F]
+};
+
+// Gated DeltaNet token mixer (Qwen3.5 / Qwen3-Next linear attention) of one layer, after its
+// input projections. Channels of qkv: [q: Hk·Dk | k: Hk·Dk | v: Hv·Dv] (C in all). Per row t of
+// a sequence, in position order (rows of one sequence are consecutive in a pass; the pass's
+// `slots` name each row's state slot; a row at position 0 starts from zero state):
+//   u = silu(causal depthwise conv over the last K inputs of each channel, conv_w [C, K]:
+//       Σ_j conv_w[c, j] · input[t - K + 1 + j], j = 0..K-1; earlier inputs from conv_state)
+//   q, k = l2norm per head (eps 1e-6, x · rsqrt(Σx² + eps)); q /= sqrt(Dk); v head h uses
+//   key head h / (Hv / Hk); β = sigmoid(b[t, h]); g = -exp(A_log[h]) · softplus(a[t, h] +
+//   dt_bias[h]);  S_h ← S_h · exp(g);  S_h += k ⊗ (β · (v - Sᵀ_h k));  out[t, h] = Sᵀ_h q
+// with S_h [Dk, Dv] f32 in rec_state. The recurrence runs token by token for every T, so the
+// result of a position never depends on how the prompt was chunked.
+struct GdnArgs {
+  const float* qkv = nullptr;  // [T, C] projections (conv input)
+  const float* b = nullptr;    // [T, Hv] beta logits
+  const float* a = nullptr;    // [T, Hv] decay logits
+  const float* conv_w = nullptr;   // [C, K]
+  const float* A_log = nullptr;    // [Hv]
+  const float* dt_bias = nullptr;  // [Hv]
+  float* conv_state = nullptr;     // this layer's [slots, C, K - 1] (oldest input first)
+  float* rec_state = nullptr;      // this layer's [slots, Hv, Dk, Dv]
+  float* out = nullptr;            // [T, Hv, Dv] f32
+  int64_t T = 0, Hk = 0, Hv = 0, Dk = 0, Dv = 0, K = 0;
+  int64_t channels() const { return 2 * Hk * Dk + Hv * Dv; }
 };
 
 class Backend {
@@ -149,6 +193,20 @@ class Backend {
   // in backend memory.
   virtual void argmax_rows(const float* x, int64_t rows, int64_t n, int32_t* out) = 0;
 
+  // --- hybrid and MoE models (Qwen3.5, Qwen3-Next, Qwen3-MoE) --------------------------------
+  // A backend without them says so here; models that need them are refused at load.
+  virtual bool supports_hybrid() const { return false; }
+  virtual bool supports_moe() const { return false; }
+  // y[i] *= sigmoid(gate[i])   (y act_dtype, gate f32): the gated attention output.
+  virtual void sigmoid_mul(void* y, const float* gate, int64_t n);
+  // y[t, i] += sigmoid(g[t]) · s[t, i]   (y, s [T, n], g [T] f32): the gated shared expert.
+  virtual void gated_add(float* y, const float* s, const float* g, int64_t T, int64_t n);
+  virtual void moe(const MoeArgs& m);
+  virtual void gdn(const GdnArgs& g);
+  // y[r, :] = rmsnorm(x[r, :]) · w · silu(z[r, :])   (rows × n; x, z f32; y act_dtype).
+  virtual void gated_rmsnorm(const float* x, const float* z, const float* w, void* y,
+                             int64_t rows, int64_t n, float eps);
+
   uint64_t id() const { return id_; }  // unique per backend object (never reused)
 
  private:
@@ -181,6 +239,16 @@ class HostBackend : public Backend {
   void add_bias(float* y, const float* b, int64_t T, int64_t n) override;
   void kv_write(const float* k, const float* v, void* k_cache, void* v_cache, int64_t row) override;
   void argmax_rows(const float* x, int64_t rows, int64_t n, int32_t* out) override;
+  bool supports_hybrid() const override { return true; }
+  bool supports_moe() const override { return true; }
+  void sigmoid_mul(void* y, const float* gate, int64_t n) override;
+  void gated_add(float* y, const float* s, const float* g, int64_t T, int64_t n) override;
+  // Rows grouped by expert, each group one matmul of this backend (exact: a row's products do
+  // not depend on the other rows of its group).
+  void moe(const MoeArgs& m) override;
+  void gdn(const GdnArgs& g) override;
+  void gated_rmsnorm(const float* x, const float* z, const float* w, void* y, int64_t rows,
+                     int64_t n, float eps) override;
 
  protected:
   PassRows rows_;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 #include "ops/backend.h"
@@ -13,6 +14,21 @@ namespace basalt {
 uint64_t Backend::next_id() {
   static std::atomic<uint64_t> n{1};
   return n++;
+}
+
+// Hybrid and MoE ops: absent unless a backend provides them (supports_hybrid/supports_moe are
+// checked at load, so these are reached only by a caller that skipped the check).
+void Backend::sigmoid_mul(void*, const float*, int64_t) {
+  fail("[{}] sigmoid_mul is not implemented", name());
+}
+void Backend::gated_add(float*, const float*, const float*, int64_t, int64_t) {
+  fail("[{}] gated_add is not implemented", name());
+}
+void Backend::moe(const MoeArgs&) { fail("[{}] moe is not implemented", name()); }
+void Backend::gdn(const GdnArgs&) { fail("[{}] gdn is not implemented", name()); }
+void Backend::gated_rmsnorm(const float*, const float*, const float*, void*, int64_t, int64_t,
+                            float) {
+  fail("[{}] gated_rmsnorm is not implemented", name());
 }
 
 HostBackend::~HostBackend() {
@@ -94,6 +110,66 @@ void HostBackend::argmax_rows(const float* x, int64_t rows, int64_t n, int32_t* 
     for (int64_t i = 1; i < n; ++i)
       if (row[i] > row[best]) best = i;
     out[r] = int32_t(best);
+  }
+}
+
+void HostBackend::sigmoid_mul(void* y, const float* gate, int64_t n) {
+  ref::sigmoid_mul(static_cast<float*>(y), gate, n);
+}
+
+void HostBackend::gated_add(float* y, const float* s, const float* g, int64_t T, int64_t n) {
+  ref::gated_add(y, s, g, T, n);
+}
+
+void HostBackend::gdn(const GdnArgs& g) {
+  if (!rows_.slots) fail("[{}] gdn: the pass has no state slots", name());
+  ref::gdn(g, rows_.slots, rows_.pos);
+}
+
+void HostBackend::gated_rmsnorm(const float* x, const float* z, const float* w, void* y,
+                                int64_t rows, int64_t n, float eps) {
+  ref::gated_rmsnorm(x, z, w, static_cast<float*>(y), rows, n, eps);
+}
+
+void HostBackend::moe(const MoeArgs& m) {
+  const int64_t K = m.top_k;
+  std::vector<int32_t> ids(size_t(m.T * K));
+  std::vector<float> p(size_t(m.T * K));
+  for (int64_t t = 0; t < m.T; ++t)
+    ref::moe_route(m.router + t * m.n_experts, m.n_experts, K, m.norm_topk, ids.data() + t * K,
+                   p.data() + t * K);
+  // Each expert's rows gathered into one matmul; results kept per (row, rank).
+  std::vector<float> y(size_t(m.T * K * m.E));
+  std::vector<int64_t> members;
+  std::vector<float> xg, g, u, a, yg;
+  const float* x = static_cast<const float*>(m.x);
+  for (int64_t e = 0; e < m.n_experts; ++e) {
+    members.clear();
+    for (int64_t i = 0; i < m.T * K; ++i)
+      if (ids[size_t(i)] == e) members.push_back(i);
+    const int64_t n = int64_t(members.size());
+    if (n == 0) continue;
+    xg.resize(size_t(n * m.E)), g.resize(size_t(n * m.F)), u.resize(size_t(n * m.F));
+    a.resize(size_t(n * m.F)), yg.resize(size_t(n * m.E));
+    for (int64_t r = 0; r < n; ++r)
+      std::memcpy(xg.data() + r * m.E, x + (members[size_t(r)] / K) * m.E,
+                  size_t(m.E) * sizeof(float));
+    matmul(xg.data(), n, m.gate[e], g.data());
+    matmul(xg.data(), n, m.up[e], u.data());
+    swiglu(g.data(), u.data(), a.data(), n * m.F);
+    matmul(a.data(), n, m.down[e], yg.data());
+    for (int64_t r = 0; r < n; ++r)
+      std::memcpy(y.data() + members[size_t(r)] * m.E, yg.data() + r * m.E,
+                  size_t(m.E) * sizeof(float));
+  }
+  for (int64_t t = 0; t < m.T; ++t) {
+    float* out = m.out + t * m.E;
+    std::fill(out, out + m.E, 0.0f);
+    for (int64_t k = 0; k < K; ++k) {
+      const float w = p[size_t(t * K + k)];
+      const float* yk = y.data() + (t * K + k) * m.E;
+      for (int64_t i = 0; i < m.E; ++i) out[i] += w * yk[i];
+    }
   }
 }
 

@@ -63,8 +63,11 @@ EngineRequest request(int i, int64_t V) {
 
 // Each request alone through the one-sequence Generator, then all together through the
 // engine with a small batch, a tiny KV pool (forcing preemption) and small prefill steps.
-TEST(Engine, ConcurrentRequestsGetExactlyTheirSoloTokens) {
-  auto model = model_load(test::source_dir() + "/tests/golden/qwen3_untied_f16");
+// Dense, MoE (routing per row) and hybrid models (recurrent state per sequence slot).
+class EngineModels : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(EngineModels, ConcurrentRequestsGetExactlyTheirSoloTokens) {
+  auto model = model_load(test::source_dir() + "/tests/golden/" + GetParam());
   const int64_t V = model->config().vocab;
   auto be = cpu::make_cpu_backend(2);
   const int N = 24;
@@ -100,6 +103,10 @@ TEST(Engine, ConcurrentRequestsGetExactlyTheirSoloTokens) {
     if (kv_tokens > 0) EXPECT_GT(engine.stats().preemptions, 0);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Golden, EngineModels,
+                         ::testing::Values("qwen3_untied_f16", "qwen3_moe", "qwen3_5",
+                                           "qwen3_next"));
 
 TEST(Engine, PrefixCacheHitsOnARepeatedPrompt) {
   auto model = model_load(test::source_dir() + "/tests/golden/qwen3_tied");

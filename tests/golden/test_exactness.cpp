@@ -45,7 +45,8 @@ void check_chunkings(const std::string& path, int64_t T) {
 
 TEST(Exactness, GoldenModelsBitwiseAcrossChunkingsThreadsAndDecode) {
   const std::string g = test::source_dir() + "/tests/golden";
-  for (const char* c : {"llama_gqa_untied", "qwen3_untied_f16", "llama_headdim"})
+  for (const char* c : {"llama_gqa_untied", "qwen3_untied_f16", "llama_headdim", "qwen3_moe",
+                        "qwen3_next", "qwen3_5", "qwen3_5_moe"})
     check_chunkings(g + "/" + c, 150);
   check_chunkings(g + "/gguf/qwen3_tied.q8_0.gguf", 150);
 }

@@ -151,6 +151,128 @@ void add(float* y, const float* x, int64_t n) {
 }
 
 namespace {
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }  // torch's threshold
+}  // namespace
+
+void moe_route(const float* logits, int64_t n_experts, int64_t top_k, bool norm, int32_t* ids,
+               float* weights) {
+  float m = -INFINITY;
+  for (int64_t e = 0; e < n_experts; ++e) m = std::max(m, logits[e]);
+  std::vector<float> p(static_cast<size_t>(n_experts));
+  float sum = 0.0f;
+  for (int64_t e = 0; e < n_experts; ++e) sum += (p[size_t(e)] = std::exp(logits[e] - m));
+  for (auto& v : p) v /= sum;
+  std::vector<bool> taken(size_t(n_experts), false);
+  float top = 0.0f;
+  for (int64_t k = 0; k < top_k; ++k) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < n_experts; ++e)
+      if (!taken[size_t(e)] && (best < 0 || p[size_t(e)] > p[size_t(best)])) best = e;
+    taken[size_t(best)] = true;
+    ids[k] = int32_t(best);
+    weights[k] = p[size_t(best)];
+    top += weights[k];
+  }
+  if (norm)
+    for (int64_t k = 0; k < top_k; ++k) weights[k] /= top;
+}
+
+void moe(const MoeArgs& m) {
+  std::vector<int32_t> ids(size_t(m.top_k));
+  std::vector<float> w(size_t(m.top_k)), g(size_t(m.F)), u(size_t(m.F)), a(size_t(m.F)),
+      y(size_t(m.E));
+  const float* x = static_cast<const float*>(m.x);
+  for (int64_t t = 0; t < m.T; ++t) {
+    moe_route(m.router + t * m.n_experts, m.n_experts, m.top_k, m.norm_topk, ids.data(), w.data());
+    float* out = m.out + t * m.E;
+    std::fill(out, out + m.E, 0.0f);
+    for (int64_t k = 0; k < m.top_k; ++k) {
+      const int32_t e = ids[size_t(k)];
+      matmul(x + t * m.E, 1, m.gate[e], g.data());
+      matmul(x + t * m.E, 1, m.up[e], u.data());
+      swiglu(g.data(), u.data(), a.data(), m.F);
+      matmul(a.data(), 1, m.down[e], y.data());
+      for (int64_t i = 0; i < m.E; ++i) out[i] += w[size_t(k)] * y[size_t(i)];
+    }
+  }
+}
+
+void gdn(const GdnArgs& g, const int32_t* slots, const int64_t* pos) {
+  const int64_t C = g.channels(), Km1 = g.K - 1, KD = g.Hk * g.Dk, group = g.Hv / g.Hk;
+  std::vector<float> u(static_cast<size_t>(C));
+  for (int64_t t = 0; t < g.T; ++t) {
+    const int64_t s = slots[t];
+    float* cs = g.conv_state + s * C * Km1;
+    float* S0 = g.rec_state + s * g.Hv * g.Dk * g.Dv;
+    if (pos[t] == 0) {
+      std::fill(cs, cs + C * Km1, 0.0f);
+      std::fill(S0, S0 + g.Hv * g.Dk * g.Dv, 0.0f);
+    }
+    const float* x = g.qkv + t * C;
+    for (int64_t c = 0; c < C; ++c) {
+      const float* w = g.conv_w + c * g.K;
+      float* st = cs + c * Km1;
+      float acc = 0.0f;
+      for (int64_t j = 0; j < Km1; ++j) acc += w[j] * st[j];
+      acc += w[Km1] * x[c];
+      for (int64_t j = 0; j + 1 < Km1; ++j) st[j] = st[j + 1];
+      if (Km1 > 0) st[Km1 - 1] = x[c];
+      u[size_t(c)] = silu(acc);
+    }
+    auto l2 = [](float* v, int64_t n, float extra) {
+      float ss = 0.0f;
+      for (int64_t i = 0; i < n; ++i) ss += v[i] * v[i];
+      const float inv = 1.0f / std::sqrt(ss + 1e-6f);
+      for (int64_t i = 0; i < n; ++i) v[i] = v[i] * inv / extra;
+    };
+    const float qscale = std::sqrt(float(g.Dk));
+    for (int64_t h = 0; h < g.Hk; ++h) {
+      l2(u.data() + h * g.Dk, g.Dk, qscale);
+      l2(u.data() + KD + h * g.Dk, g.Dk, 1.0f);
+    }
+    for (int64_t h = 0; h < g.Hv; ++h) {
+      const float* q = u.data() + (h / group) * g.Dk;
+      const float* k = u.data() + KD + (h / group) * g.Dk;
+      const float* v = u.data() + 2 * KD + h * g.Dv;
+      const float beta = sigmoid(g.b[t * g.Hv + h]);
+      const float decay =
+          std::exp(-std::exp(g.A_log[h]) * softplus(g.a[t * g.Hv + h] + g.dt_bias[h]));
+      float* S = S0 + h * g.Dk * g.Dv;  // [Dk, Dv]
+      for (int64_t i = 0; i < g.Dk * g.Dv; ++i) S[i] *= decay;
+      float* o = g.out + (t * g.Hv + h) * g.Dv;
+      for (int64_t j = 0; j < g.Dv; ++j) {
+        float mem = 0.0f;
+        for (int64_t i = 0; i < g.Dk; ++i) mem += S[i * g.Dv + j] * k[i];
+        const float delta = (v[j] - mem) * beta;
+        for (int64_t i = 0; i < g.Dk; ++i) S[i * g.Dv + j] += k[i] * delta;
+        float acc = 0.0f;
+        for (int64_t i = 0; i < g.Dk; ++i) acc += S[i * g.Dv + j] * q[i];
+        o[j] = acc;
+      }
+    }
+  }
+}
+
+void gated_rmsnorm(const float* x, const float* z, const float* w, float* y, int64_t rows,
+                   int64_t n, float eps) {
+  rmsnorm(x, w, y, rows, n, eps);
+  for (int64_t i = 0; i < rows * n; ++i) y[i] *= silu(z[i]);
+}
+
+void sigmoid_mul(float* y, const float* gate, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] *= sigmoid(gate[i]);
+}
+
+void gated_add(float* y, const float* s, const float* g, int64_t T, int64_t n) {
+  for (int64_t t = 0; t < T; ++t) {
+    const float f = sigmoid(g[t]);
+    for (int64_t i = 0; i < n; ++i) y[t * n + i] += f * s[t * n + i];
+  }
+}
+
+namespace {
 class RefBackend final : public HostBackend {
  public:
   std::string name() const override { return "ref"; }
@@ -171,6 +293,7 @@ class RefBackend final : public HostBackend {
     ref::swiglu(g, u, static_cast<float*>(o), n);
   }
   void add(float* y, const float* x, int64_t n) override { ref::add(y, x, n); }
+  void moe(const MoeArgs& m) override { ref::moe(m); }
 };
 }  // namespace
 

@@ -22,6 +22,19 @@ void attention(const AttentionArgs& a);
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 void add(float* y, const float* x, int64_t n);
 
+// Hybrid / MoE ops (ops/backend.h defines each).
+// Routing of one row: the top_k experts of softmax(logits) and their (renormalised) weights.
+void moe_route(const float* logits, int64_t n_experts, int64_t top_k, bool norm, int32_t* ids,
+               float* weights);
+// The whole MoE feed-forward, row by row with scalar matmuls.
+void moe(const MoeArgs& m);
+// Gated DeltaNet over the pass's rows (slots, pos: [T] of PassRows).
+void gdn(const GdnArgs& g, const int32_t* slots, const int64_t* pos);
+void gated_rmsnorm(const float* x, const float* z, const float* w, float* y, int64_t rows,
+                   int64_t n, float eps);
+void sigmoid_mul(float* y, const float* gate, int64_t n);
+void gated_add(float* y, const float* s, const float* g, int64_t T, int64_t n);
+
 // The reference as a Backend (slow; for tests and as the definition of each op).
 std::unique_ptr<Backend> make_ref_backend();
 
