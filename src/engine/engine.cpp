@@ -177,7 +177,12 @@ bool Engine::step() {
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Seq& s = *running_[i];
     const int64_t unfed = int64_t(s.history.size()) - s.kv.length;
-    const int64_t n = std::min(unfed, budget);
+    int64_t n = std::min(unfed, budget);
+    if (pool_->has_state() && n > 1) {  // end prefill chunks on a block boundary when one is
+      const int64_t bs = pool_->block_size();  // crossed: the state there is kept for reuse
+      const int64_t last = (s.kv.length + n) / bs * bs;
+      if (last > s.kv.length && last < s.kv.length + n) n = last - s.kv.length;
+    }
     if (!pool_->reserve(s.kv, n)) {
       if (running_.size() == 1)
         fail("[engine] the KV pool ({} blocks) cannot hold request {}", pool_->n_blocks(), s.id);

@@ -33,16 +33,22 @@ KvPool::KvPool(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t n
   block_hash_.assign(size_t(n_blocks), 0);
   block_tokens_.resize(size_t(n_blocks));
   for (int64_t b = n_blocks - 1; b >= 0; --b) free_.push_back(int32_t(b));
+  block_snap_.assign(size_t(n_blocks), -1);
   if (state_.slots > 0) {
+    const int64_t total = state_.slots + state_.snapshots;
     for (int64_t l = 0; l < state_.layers; ++l) {
       for (auto [arr, n] : {std::pair{&conv_, state_.conv_floats}, {&rec_, state_.rec_floats}}) {
-        const size_t bytes = size_t(state_.slots * std::max<int64_t>(n, 1)) * sizeof(float);
+        const size_t bytes = size_t(total * std::max<int64_t>(n, 1)) * sizeof(float);
         arr->push_back(static_cast<float*>(storage_.alloc(bytes)));
         if (!arr->back())
           fail("[kv] cannot allocate {} bytes of recurrent state for layer {}", bytes, l);
       }
     }
     for (int64_t s = state_.slots - 1; s >= 0; --s) free_slots_.push_back(int32_t(s));
+    for (int64_t s = total - 1; s >= state_.slots; --s) free_snaps_.push_back(int32_t(s));
+    snap_block_.assign(size_t(total), -1);
+    snap_pins_.assign(size_t(total), 0);
+    snap_tick_.assign(size_t(total), 0);
   }
 }
 
@@ -54,9 +60,10 @@ KvPool::~KvPool() {
 }
 
 size_t KvPool::bytes() const {
-  return 2 * k_.size() * layer_bytes_ + size_t(state_.slots * state_.layers *
-                                              (state_.conv_floats + state_.rec_floats)) *
-                                            sizeof(float);
+  return 2 * k_.size() * layer_bytes_ +
+         size_t((state_.slots + state_.snapshots) * state_.layers *
+                (state_.conv_floats + state_.rec_floats)) *
+             sizeof(float);
 }
 
 uint64_t KvPool::hash_block(uint64_t parent, std::span<const int32_t> tokens) {
@@ -79,6 +86,7 @@ int32_t KvPool::take_block() {
     cache_.erase(block_hash_[size_t(b)]);
     block_hash_[size_t(b)] = 0;
     block_tokens_[size_t(b)].clear();
+    drop_snapshot(b);
   } else {
     return -1;
   }
@@ -100,33 +108,108 @@ void KvPool::unref(int32_t b) {
 
 int64_t KvPool::attach_prefix(KvSequence& s, std::span<const int32_t> prompt, int64_t max_tokens) {
   if (s.length != 0) fail("[kv] attach_prefix on a sequence that already holds KV");
-  if (has_state()) return 0;  // no recurrent-state snapshots yet: nothing can be reused
+  // The cached chain of blocks matching the prompt.
+  std::vector<std::pair<int32_t, uint64_t>> chain;
   uint64_t parent = 0;
-  int64_t n = 0;
-  while (n + block_size_ <= std::min<int64_t>(max_tokens, int64_t(prompt.size()))) {
+  for (int64_t n = 0; n + block_size_ <= std::min<int64_t>(max_tokens, int64_t(prompt.size()));
+       n += block_size_) {
     auto blk = prompt.subspan(size_t(n), size_t(block_size_));
     const uint64_t h = hash_block(parent, blk);
     auto it = cache_.find(h);
     if (it == cache_.end()) break;
     const int32_t b = it->second;
     if (!std::equal(blk.begin(), blk.end(), block_tokens_[size_t(b)].begin())) break;
+    chain.emplace_back(b, h);
+    parent = h;
+  }
+  // With recurrent state, only up to the last block whose end state was kept.
+  int32_t restore = -1;
+  if (has_state()) {
+    while (!chain.empty() && block_snap_[size_t(chain.back().first)] < 0) chain.pop_back();
+    if (chain.empty() || (s.slot < 0 && free_slots_.empty())) return 0;
+    restore = block_snap_[size_t(chain.back().first)];
+    ++snap_pins_[size_t(restore)];
+    snap_tick_[size_t(restore)] = ++tick_;
+    if (s.slot < 0) {
+      s.slot = free_slots_.back();
+      free_slots_.pop_back();
+    }
+  }
+  for (auto [b, h] : chain) {
     if (refcount_[size_t(b)]++ == 0) {  // was evictable: take it off the LRU list
       lru_.erase(lru_pos_[size_t(b)]);
       ++used_;
     }
     s.blocks.push_back(b);
     s.hashes.push_back(h);
-    s.tokens.insert(s.tokens.end(), blk.begin(), blk.end());
-    parent = h;
-    n += block_size_;
+    s.tokens.insert(s.tokens.end(), block_tokens_[size_t(b)].begin(),
+                    block_tokens_[size_t(b)].end());
   }
-  s.length = n;
+  s.length = int64_t(chain.size()) * block_size_;
+  s.restore = restore;
+  return s.length;
+}
+
+int32_t KvPool::take_snapshot() {
+  if (!free_snaps_.empty()) {
+    const int32_t v = free_snaps_.back();
+    free_snaps_.pop_back();
+    return v;
+  }
+  int32_t best = -1;
+  for (int32_t v = int32_t(state_.slots); v < int32_t(snap_block_.size()); ++v)
+    if (snap_block_[size_t(v)] >= 0 && snap_pins_[size_t(v)] == 0 &&
+        (best < 0 || snap_tick_[size_t(v)] < snap_tick_[size_t(best)]))
+      best = v;
+  if (best >= 0) {
+    block_snap_[size_t(snap_block_[size_t(best)])] = -1;
+    snap_block_[size_t(best)] = -1;
+  }
+  return best;
+}
+
+void KvPool::publish_snapshot(int32_t b, int32_t v) {
+  block_snap_[size_t(b)] = v;
+  snap_block_[size_t(v)] = b;
+  snap_tick_[size_t(v)] = ++tick_;
+}
+
+void KvPool::drop_snapshot(int32_t b) {
+  const int32_t v = block_snap_[size_t(b)];
+  if (v < 0) return;
+  free_snaps_.push_back(v);
+  snap_block_[size_t(v)] = -1;
+  block_snap_[size_t(b)] = -1;
+}
+
+void KvPool::restored(KvSequence& s) {
+  if (s.restore >= 0) --snap_pins_[size_t(s.restore)];
+  s.restore = -1;
+}
+
+int64_t KvPool::snapshots_cached() const {
+  int64_t n = 0;
+  for (int32_t v : block_snap_) n += v >= 0 ? 1 : 0;
   return n;
+}
+
+int32_t KvPool::snapshot_target(KvSequence& s, bool prefill) {
+  if (!has_state() || s.length == 0 || s.length % block_size_ != 0 || s.slot < 0) return -1;
+  const int32_t b = s.blocks[size_t(s.length / block_size_ - 1)];
+  if (prefill) {  // published at once on the block that ends here
+    if (block_hash_[size_t(b)] == 0 || block_snap_[size_t(b)] >= 0) return -1;
+    const int32_t v = take_snapshot();
+    if (v >= 0) publish_snapshot(b, v);
+    return v;
+  }
+  if (s.snap < 0) s.snap = take_snapshot();
+  if (s.snap >= 0) s.snap_length = s.length;
+  return s.snap;
 }
 
 bool KvPool::reserve(KvSequence& s, int64_t n) {
   const int64_t need = (s.length + n + block_size_ - 1) / block_size_ - int64_t(s.blocks.size());
-  const bool slot = has_state() && s.slot < 0;
+  const bool slot = has_state() && s.slot < 0;  // (attach_prefix may have taken it)
   if (slot && free_slots_.empty()) return false;
   if (need > 0 && need > blocks_available()) return false;
   if (slot) {
@@ -140,7 +223,6 @@ bool KvPool::reserve(KvSequence& s, int64_t n) {
 void KvPool::commit(KvSequence& s, std::span<const int32_t> tokens) {
   s.tokens.insert(s.tokens.end(), tokens.begin(), tokens.end());
   s.length += int64_t(tokens.size());
-  if (has_state()) return;  // prefix cache off (see KvStateSpec)
   // Publish each newly full block under the hash of the whole prefix up to it.
   while (int64_t(s.hashes.size()) < s.length / block_size_) {
     const size_t i = s.hashes.size();
@@ -159,6 +241,17 @@ void KvPool::commit(KvSequence& s, std::span<const int32_t> tokens) {
 }
 
 void KvPool::release(KvSequence& s) {
+  // The rolling snapshot joins the prefix cache on the block it ends, if that block is
+  // published and has none yet.
+  if (s.snap >= 0) {
+    const size_t i = size_t(s.snap_length / block_size_) - 1;
+    const int32_t b = i < s.blocks.size() ? s.blocks[i] : -1;
+    if (b >= 0 && block_hash_[size_t(b)] != 0 && block_snap_[size_t(b)] < 0)
+      publish_snapshot(b, s.snap);
+    else
+      free_snaps_.push_back(s.snap);
+  }
+  restored(s);  // (a sequence released before its first pass)
   for (int32_t b : s.blocks) unref(b);
   if (s.slot >= 0) free_slots_.push_back(s.slot);
   s = KvSequence{};

@@ -26,12 +26,21 @@ struct KvStorage {
 };
 
 // Per-sequence recurrent state next to the KV blocks (hybrid models: Gated-DeltaNet conv and
-// recurrent state, f32): `slots` slots, and for each of `layers` state layers a conv array
-// [slots, conv_floats] and a recurrent array [slots, rec_floats]. A sequence takes a slot on
-// its first reserve() and gives it back on release(). The prefix cache is off for a pool with
-// state (a cached KV block says nothing about the recurrent state at its end).
+// recurrent state, f32): `slots` live slots plus `snapshots` snapshot slots, and for each of
+// `layers` state layers a conv array [slots + snapshots, conv_floats] and a recurrent array
+// [slots + snapshots, rec_floats]. A sequence takes a live slot on its first reserve() (or
+// attach_prefix) and gives it back on release().
+//
+// Prefix caching with state: a cached KV block is reusable only together with the recurrent
+// state at its end, so the pool keeps snapshots of the state at block boundaries: one at the
+// end of each prefill pass that ends on a boundary (published at once) and a rolling one that
+// decode steps refresh at every boundary (published when the sequence is released). A cached
+// prefix is attached only up to its last block with a snapshot; the snapshot is copied into
+// the sequence's slot before its next pass (KvSequence::restore). Snapshots are evicted with
+// their block, or, when all are taken, the least recently published or attached one (never
+// one a sequence has yet to copy, nor a sequence's rolling one).
 struct KvStateSpec {
-  int64_t slots = 0, layers = 0, conv_floats = 0, rec_floats = 0;
+  int64_t slots = 0, snapshots = 0, layers = 0, conv_floats = 0, rec_floats = 0;
 };
 
 // One sequence's view of the pool: its block table and how many positions hold KV.
@@ -41,6 +50,9 @@ struct KvSequence {
   int64_t length = 0;            // positions with valid KV
   std::vector<uint64_t> hashes;  // prefix hash of each full block (for the prefix cache)
   int32_t slot = -1;             // recurrent-state slot (pools with state), else -1
+  int32_t restore = -1;          // snapshot slot to copy into `slot` before the next pass
+  int32_t snap = -1;             // this sequence's rolling snapshot slot (decode boundaries)
+  int64_t snap_length = 0;       // the position count that snapshot captures
 };
 
 class KvPool {
@@ -63,6 +75,16 @@ class KvPool {
   float* conv_state(int64_t layer) { return conv_[size_t(layer)]; }
   float* rec_state(int64_t layer) { return rec_[size_t(layer)]; }
   int64_t slots_available() const { return int64_t(free_slots_.size()); }
+  // Bytes of one slot's state in one state layer (conv, recurrent).
+  size_t conv_slot_bytes() const { return size_t(state_.conv_floats) * sizeof(float); }
+  size_t rec_slot_bytes() const { return size_t(state_.rec_floats) * sizeof(float); }
+  // After a pass that left `s` at a block boundary (length % block_size == 0): the slot to
+  // copy its state into (a published snapshot after a prefill pass, the rolling one after a
+  // decode step), or -1 when no snapshot slot can be had. The caller copies at once.
+  int32_t snapshot_target(KvSequence& s, bool prefill);
+  // The caller copied snapshot `s.restore` into the sequence's slot: it may be evicted again.
+  void restored(KvSequence& s);
+  int64_t snapshots_cached() const;
   // Address of position `pos` of a sequence in layer `layer`'s key (or value) array.
   int64_t offset(const KvSequence& s, int64_t pos) const {
     return (int64_t(s.blocks[size_t(pos / block_size_)]) * block_size_ + pos % block_size_) *
@@ -101,7 +123,16 @@ class KvPool {
   int64_t used_ = 0;
   KvStateSpec state_;
   std::vector<float*> conv_, rec_;
-  std::vector<int32_t> free_slots_;
+  std::vector<int32_t> free_slots_, free_snaps_;
+  std::vector<int32_t> block_snap_;  // snapshot of the state at the end of a cached block, or -1
+  // Per snapshot slot: the block it is published on (-1: none), when it was last published or
+  // attached, and how many sequences still have to copy it (those are never evicted).
+  std::vector<int32_t> snap_block_, snap_pins_;
+  std::vector<uint64_t> snap_tick_;
+  uint64_t tick_ = 0;
+  int32_t take_snapshot();  // a free snapshot slot, else evicts the least recently used; -1 if none
+  void publish_snapshot(int32_t b, int32_t v);
+  void drop_snapshot(int32_t b);  // frees block b's snapshot
 };
 
 }  // namespace basalt

@@ -124,9 +124,10 @@ class Model {
                float* logits, bool all_logits, int32_t* argmax = nullptr);
   // A pool for `tokens` positions in the backend's memory and KV dtype, in blocks of
   // `block_size` rounded up to the backend's block multiple.
-  // Hybrid models also get `max_seqs` recurrent-state slots (sequences alive at once).
+  // Hybrid models also get `max_seqs` recurrent-state slots (sequences alive at once) and
+  // `snapshots` state snapshots for the prefix cache (-1: twice max_seqs; kv/kv_pool.h).
   std::unique_ptr<KvPool> new_kv_pool(Backend& be, int64_t tokens, int64_t block_size = 16,
-                                      int64_t max_seqs = 4) const;
+                                      int64_t max_seqs = 4, int64_t snapshots = -1) const;
   // Makes the weights resident in the backend's memory (forward does it on first use).
   void bind(Backend& be);
   // Bytes of the scratch arena of the largest pass run so far (forward grows it on demand).
@@ -178,6 +179,8 @@ class Model {
   void attention_block(Backend& be, KvPool& pool, const BoundLayer& L, int64_t T, float scale);
   void gdn_block(Backend& be, KvPool& pool, const BoundLayer& L, int64_t T);
   void moe_block(Backend& be, const BoundLayer& L, int64_t T);
+  // Copies recurrent-state slot `src` to `dst` in every state layer.
+  void copy_state(Backend& be, KvPool& pool, int32_t dst, int32_t src);
   ModelConfig cfg_;
   ModelWeights w_;
   io::Checkpoint ckpt_;

@@ -121,7 +121,7 @@ std::string Model::weight_dtypes() const {
 }
 
 std::unique_ptr<KvPool> Model::new_kv_pool(Backend& be, int64_t tokens, int64_t block_size,
-                                           int64_t max_seqs) const {
+                                           int64_t max_seqs, int64_t snapshots) const {
   const int64_t m = be.kv_block_multiple();
   block_size = (block_size + m - 1) / m * m;
   KvStorage st;
@@ -132,6 +132,7 @@ std::unique_ptr<KvPool> Model::new_kv_pool(Backend& be, int64_t tokens, int64_t 
   const GdnConfig& g = cfg_.gdn;
   if (cfg_.n_attention_layers() < cfg_.n_layers) {
     state.slots = std::max<int64_t>(max_seqs, 1);
+    state.snapshots = snapshots >= 0 ? snapshots : 2 * state.slots;
     state.layers = cfg_.n_layers - cfg_.n_attention_layers();
     state.conv_floats = g.channels() * (g.conv_kernel - 1);
     state.rec_floats = g.v_heads * g.k_dim * g.v_dim;
@@ -316,6 +317,17 @@ void Model::forward(Backend& be, KvPool& pool, KvSequence& seq, std::span<const 
   forward(be, pool, std::span(&item, 1), logits, argmax);
 }
 
+void Model::copy_state(Backend& be, KvPool& pool, int32_t dst, int32_t src) {
+  const size_t cb = pool.conv_slot_bytes(), rb = pool.rec_slot_bytes();
+  for (int64_t l = 0; l < pool.state_spec().layers; ++l) {
+    auto at = [](float* base, int32_t slot, size_t bytes) {
+      return reinterpret_cast<char*>(base) + size_t(slot) * bytes;
+    };
+    be.copy(at(pool.conv_state(l), dst, cb), at(pool.conv_state(l), src, cb), cb);
+    be.copy(at(pool.rec_state(l), dst, rb), at(pool.rec_state(l), src, rb), rb);
+  }
+}
+
 // Causal GQA attention (optionally with Qwen3.5's per-head output gate): s.xn → s.o.
 void Model::attention_block(Backend& be, KvPool& pool, const BoundLayer& L, int64_t T,
                             float scale) {
@@ -437,6 +449,11 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
 
   bind(be);
   ensure_scratch(be, T, rows);
+  for (const BatchItem& it : batch)  // a reused prefix brings the state at its end
+    if (it.seq->restore >= 0) {
+      copy_state(be, pool, it.seq->slot, it.seq->restore);
+      pool.restored(*it.seq);
+    }
   const Bound& w = bound_;
   Scratch& s = scratch_;
   const size_t act = dtype_bytes(be.act_dtype(), 1);
@@ -500,6 +517,12 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
     if (argmax) be.argmax_rows(out, r, V, ids_out);
   });
   for (const BatchItem& it : batch) pool.commit(*it.seq, it.tokens);
+  // Hybrid models: keep the state of sequences that stopped on a block boundary (prefix cache).
+  if (hybrid)
+    for (const BatchItem& it : batch)
+      if (!it.tokens.empty())
+        if (const int32_t snap = pool.snapshot_target(*it.seq, it.tokens.size() > 1); snap >= 0)
+          copy_state(be, pool, snap, it.seq->slot);
   if (be.host_memory()) return;
   if (argmax)
     be.download(argmax, s.argmax, size_t(rows) * sizeof(int32_t));

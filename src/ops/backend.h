@@ -138,6 +138,8 @@ class Backend {
   // Host → backend and backend → host copies (download waits for the queued work).
   virtual void upload(void* dst, const void* src, size_t bytes) = 0;
   virtual void download(void* dst, const void* src, size_t bytes) = 0;
+  // Backend → backend copy (queued like an op; the default bounces through host memory).
+  virtual void copy(void* dst, const void* src, size_t bytes);
   // True when backend memory is host memory (results can be written to the caller's arrays).
   virtual bool host_memory() const = 0;
   // The weight resident in this backend's memory and format (host backends: w itself). Each
@@ -223,6 +225,7 @@ class HostBackend : public Backend {
   void dealloc(void* p) override;
   void upload(void* dst, const void* src, size_t bytes) override;
   void download(void* dst, const void* src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
   bool host_memory() const override { return true; }
   WeightRef prepare_weight(const WeightRef& w) override { return w; }
   const float* prepare_vector(const float* data, int64_t) override { return data; }

@@ -31,6 +31,12 @@ void Backend::gated_rmsnorm(const float*, const float*, const float*, void*, int
   fail("[{}] gated_rmsnorm is not implemented", name());
 }
 
+void Backend::copy(void* dst, const void* src, size_t bytes) {
+  std::vector<uint8_t> tmp(bytes);
+  download(tmp.data(), src, bytes);
+  upload(dst, tmp.data(), bytes);
+}
+
 HostBackend::~HostBackend() {
   for (auto& [p, n] : sizes_) std::free(p);
 }
@@ -61,6 +67,7 @@ void HostBackend::upload(void* dst, const void* src, size_t bytes) {
 void HostBackend::download(void* dst, const void* src, size_t bytes) {
   std::memcpy(dst, src, bytes);
 }
+void HostBackend::copy(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
 
 void HostBackend::add_rmsnorm(float* x, const float* delta, const float* w, void* y, int64_t rows,
                               int64_t n, float eps) {

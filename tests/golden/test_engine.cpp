@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <cstdio>
 #include <mutex>
 
 #include "backends/cpu/cpu_backend.h"
@@ -130,6 +131,61 @@ TEST(Engine, PrefixCacheHitsOnARepeatedPrompt) {
   EXPECT_EQ(a.logprobs, b.logprobs);  // bitwise: cached KV is the same KV
   EXPECT_EQ(engine.stats().prefix_cache_hit_tokens, 64);
 }
+
+// A growing conversation: each turn's prompt is the previous prompt, the reply and a new
+// user message. Dense models reuse every whole block; hybrid models (recurrent state) reuse up
+// to the last block boundary whose state was kept, which decode steps refresh, so the whole
+// previous turn but its last partial block is served from the cache. Every turn's tokens and
+// logprobs equal those of a fresh engine that never cached anything.
+class ConversationModels : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ConversationModels, MultiTurnPrefixCacheIsExactAndHits) {
+  auto model = model_load(test::source_dir() + "/tests/golden/" + GetParam());
+  const int64_t V = model->config().vocab;
+  auto be = cpu::make_cpu_backend(2);
+  EngineConfig cfg;
+  cfg.block_size = 8;
+  cfg.max_batch = 2;
+  cfg.max_context = 256;
+  Engine cached(*model, *be, cfg);
+  std::vector<int32_t> history;
+  int64_t prompt_total = 0, hit_total = 0;
+  for (int turn = 0; turn < 5; ++turn) {
+    const auto user = prompt_of(turn + 7, 9 + 5 * turn, V);
+    history.insert(history.end(), user.begin(), user.end());
+    EngineRequest r;
+    r.prompt = history;
+    r.max_new_tokens = 11;
+    r.ignore_eos = true;
+    r.logprobs = true;
+    Collected a, b;
+    cached.submit(r, collect(a));
+    wait(a);
+    {
+      Engine fresh(*model, *be, cfg);
+      fresh.submit(r, collect(b));
+      wait(b);
+      EXPECT_EQ(b.final.cached_prompt_tokens, 0);
+    }
+    EXPECT_EQ(a.tokens, b.tokens) << "turn " << turn;
+    EXPECT_EQ(a.logprobs, b.logprobs) << "turn " << turn;  // bitwise
+    // What the previous turn left: its prompt and reply but the last (never fed) token,
+    // cut to whole blocks.
+    const int64_t prev = turn == 0 ? 0 : int64_t(history.size() - user.size()) - 1;
+    EXPECT_EQ(a.final.cached_prompt_tokens, prev / cfg.block_size * cfg.block_size)
+        << "turn " << turn;
+    prompt_total += int64_t(r.prompt.size());
+    hit_total += a.final.cached_prompt_tokens;
+    history.insert(history.end(), a.tokens.begin(), a.tokens.end());
+  }
+  EXPECT_EQ(cached.stats().prefix_cache_hit_tokens, hit_total);
+  std::printf("[ %s ] prefix-cache hit rate over 5 turns: %lld of %lld prompt tokens (%.0f%%)\n",
+              GetParam(), (long long)hit_total, (long long)prompt_total,
+              100.0 * double(hit_total) / double(prompt_total));
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, ConversationModels,
+                         ::testing::Values("qwen3_tied", "qwen3_5", "qwen3_next", "qwen3_5_moe"));
 
 TEST(Engine, CancelAndErrors) {
   auto model = model_load(test::source_dir() + "/tests/golden/qwen3_tied");

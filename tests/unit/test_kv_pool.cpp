@@ -75,5 +75,64 @@ TEST(KvPool, EvictsLeastRecentlyReleasedCachedBlocks) {
   EXPECT_EQ(pool.attach_prefix(c, iota(4), 3), 0);  // evicted
 }
 
+// Pools with recurrent state (hybrid models): a cached prefix is reusable only up to a block
+// whose end state was snapshotted; a snapshot a sequence has yet to copy is never evicted.
+TEST(KvPool, StateSnapshotsGateThePrefixCache) {
+  KvStateSpec st;
+  st.slots = 2;
+  st.snapshots = 1;
+  st.layers = 1;
+  st.conv_floats = 3;
+  st.rec_floats = 5;
+  KvPool pool(1, 16, 4, 1, 2, {}, st);
+  const auto prompt = iota(10);
+  KvSequence a;
+  ASSERT_TRUE(pool.reserve(a, 8));
+  EXPECT_GE(a.slot, 0);
+  pool.commit(a, std::span(prompt).first(8));  // a prefill pass ending on a block boundary
+  const int32_t v = pool.snapshot_target(a, true);
+  EXPECT_GE(v, 2);  // snapshot slots follow the live ones
+  EXPECT_EQ(pool.snapshots_cached(), 1);
+  pool.release(a);
+  KvSequence b;
+  EXPECT_EQ(pool.attach_prefix(b, prompt, 9), 8);
+  EXPECT_EQ(b.restore, v);
+  EXPECT_GE(b.slot, 0);
+  // The only snapshot slot is pinned until b copies it.
+  KvSequence c;
+  ASSERT_TRUE(pool.reserve(c, 4));
+  pool.commit(c, iota(4, 100));
+  EXPECT_EQ(pool.snapshot_target(c, true), -1);
+  pool.restored(b);
+  EXPECT_EQ(b.restore, -1);
+  pool.release(b);
+  pool.release(c);
+  // Now it can be evicted: the prompt's blocks are still cached, but without the state at
+  // their end nothing is reusable.
+  KvSequence d;
+  ASSERT_TRUE(pool.reserve(d, 4));
+  pool.commit(d, iota(4, 200));
+  EXPECT_EQ(pool.snapshot_target(d, true), v);
+  pool.release(d);
+  KvSequence e;
+  EXPECT_EQ(pool.attach_prefix(e, prompt, 9), 0);
+  EXPECT_EQ(pool.attach_prefix(e, iota(6, 200), 5), 4);
+  pool.release(e);
+  // Decode steps keep a rolling snapshot, published on release.
+  KvSequence f;
+  const auto tokens = iota(8, 300);
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(pool.reserve(f, 1));
+    pool.commit(f, std::span(tokens).subspan(size_t(i), 1));
+    const int32_t t = pool.snapshot_target(f, false);
+    EXPECT_EQ(t >= 0, (i + 1) % 4 == 0) << i;
+  }
+  EXPECT_EQ(f.snap_length, 8);
+  pool.release(f);
+  KvSequence g;
+  EXPECT_EQ(pool.attach_prefix(g, iota(9, 300), 8), 8);
+  pool.release(g);
+}
+
 }  // namespace
 }  // namespace basalt
