@@ -2,12 +2,15 @@
 // CUDA events around each launch; warm-up, then the median of many; weights rotate among
 // copies whose total exceeds the L2 (60 MB on an H200), so decode timings read device memory.
 //   bench_cuda_kernels            (prints a table; exits 0 with SKIP when no GPU)
+//   bench_cuda_kernels hybrid     (only the Gated DeltaNet and MoE kernels)
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/cuda_device.h"
@@ -59,15 +62,135 @@ void fill_bf16(uint16_t* d, size_t n) {
     CK(cudaMemcpy(d + off, h.data(), std::min(h.size(), n - off) * 2, cudaMemcpyHostToDevice));
 }
 
+// Timed repetitions, or BENCH_REPS (e.g. 1 under ncu).
+int reps(int n) {
+  const char* e = std::getenv("BENCH_REPS");
+  return e ? std::max(1, std::atoi(e)) : n;
+}
+
+// Gated DeltaNet of one layer at Qwen3-Next's shape (Hk 16, Hv 32, Dk = Dv = 128, K 4):
+// `seqs` sequences of `rows` rows each (decode: rows 1; prefill: one sequence).
+void bench_gdn(int64_t seqs, int64_t rows) {
+  const int64_t Hk = 16, Hv = 32, Dk = 128, Dv = 128, K = 4, T = seqs * rows;
+  const int64_t C = 2 * Hk * Dk + Hv * Dv;
+  float *qkv, *b, *a, *w, *A, *dt, *conv, *rec, *out, *u;
+  int32_t *slots, *pos;
+  CK(cudaMalloc(&qkv, T * C * 4));
+  CK(cudaMalloc(&b, T * Hv * 4));
+  CK(cudaMalloc(&a, T * Hv * 4));
+  CK(cudaMalloc(&w, C * K * 4));
+  CK(cudaMalloc(&A, Hv * 4));
+  CK(cudaMalloc(&dt, Hv * 4));
+  CK(cudaMalloc(&conv, seqs * C * (K - 1) * 4));
+  CK(cudaMalloc(&rec, seqs * Hv * Dk * Dv * 4));
+  CK(cudaMalloc(&out, T * Hv * Dv * 4));
+  CK(cudaMalloc(&u, bc::gdn_scratch_floats(T, Hk, Hv, Dk, Dv) * 4));
+  CK(cudaMalloc(&slots, T * 4));
+  CK(cudaMalloc(&pos, T * 4));
+  auto fill = [](float* p, int64_t n) {  // small finite values (0x3c3c3c3c ≈ 0.0115)
+    CK(cudaMemset(p, 0x3c, size_t(n) * 4));
+  };
+  fill(qkv, T * C), fill(b, T * Hv), fill(a, T * Hv), fill(w, C * K), fill(A, Hv), fill(dt, Hv);
+  fill(conv, seqs * C * (K - 1)), fill(rec, seqs * Hv * Dk * Dv);
+  std::vector<int32_t> hs(T), hp(T);
+  for (int64_t t = 0; t < T; ++t) hs[t] = int32_t(t / rows), hp[t] = int32_t(100 + t % rows);
+  CK(cudaMemcpy(slots, hs.data(), T * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(pos, hp.data(), T * 4, cudaMemcpyHostToDevice));
+  bc::GdnKernelArgs g;
+  g.qkv = qkv, g.b = b, g.a = a, g.conv_w = w, g.A_log = A, g.dt_bias = dt, g.conv_state = conv;
+  g.rec_state = rec, g.out = out, g.slots = slots, g.pos = pos, g.u = u;
+  g.T = T, g.Hk = Hk, g.Hv = Hv, g.Dk = Dk, g.Dv = Dv, g.K = K;
+  const double ms = time_ms([&](int) { CK(bc::gdn(g, nullptr)); }, 3, reps(T >= 512 ? 10 : 50));
+  const double state_bytes = 2.0 * seqs * Hv * Dk * Dv * 4;  // read + write
+  std::printf("%-10s %6lld %6lld %6lld %-10s %10.2f %9.0f %14.2f\n", "gdn", (long long)T,
+              (long long)seqs, (long long)rows, "recurrent", ms * 1e3,
+              state_bytes / (ms * 1e-3) / 1e9, ms * 1e3 / double(rows));
+  for (void* p : {(void*)qkv, (void*)b, (void*)a, (void*)w, (void*)A, (void*)dt, (void*)conv,
+                  (void*)rec, (void*)out, (void*)u, (void*)slots, (void*)pos})
+    CK(cudaFree(p));
+}
+
+// The routed experts of one layer at Qwen3-30B-A3B's shape (E 2048, F 768, 128 experts, top 8).
+void bench_moe(int64_t T) {
+  const int64_t E = 2048, F = 768, NE = 128, KK = 8;
+  const size_t per = size_t(F) * E;  // elements of one matrix
+  uint16_t *wts, *x;
+  float *router, *out;
+  CK(cudaMalloc(&wts, per * 3 * NE * 2));
+  fill_bf16(wts, per * 3 * NE);
+  std::vector<const uint16_t*> ptrs(3 * NE);
+  for (int64_t i = 0; i < 3 * NE; ++i) ptrs[i] = wts + per * i;
+  const uint16_t** tab;
+  CK(cudaMalloc(&tab, 3 * NE * sizeof(void*)));
+  CK(cudaMemcpy(tab, ptrs.data(), 3 * NE * sizeof(void*), cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&x, T * E * 2));
+  fill_bf16(x, T * E);
+  CK(cudaMalloc(&router, T * NE * 4));
+  CK(cudaMalloc(&out, T * E * 4));
+  std::vector<float> hr(T * NE);
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> d(-2, 2);
+  for (auto& v : hr) v = d(rng);
+  CK(cudaMemcpy(router, hr.data(), hr.size() * 4, cudaMemcpyHostToDevice));
+  const size_t wsb = bc::moe_workspace_bytes(T, E, F, NE, KK);
+  void* ws;
+  CK(cudaMalloc(&ws, wsb));
+  // Experts touched (their weights are the bytes a pass must read).
+  int32_t* ids;
+  float* wr;
+  CK(cudaMalloc(&ids, T * KK * 4));
+  CK(cudaMalloc(&wr, T * KK * 4));
+  CK(bc::moe_route(router, T, NE, KK, true, ids, wr, nullptr));
+  std::vector<int32_t> hid(T * KK);
+  CK(cudaMemcpy(hid.data(), ids, hid.size() * 4, cudaMemcpyDeviceToHost));
+  const std::set<int32_t> used(hid.begin(), hid.end());
+  bc::MoeKernelArgs m;
+  m.x = x, m.router = router, m.out = out, m.T = T, m.E = E, m.F = F, m.n_experts = NE;
+  m.top_k = KK, m.norm_topk = true, m.gate = tab, m.up = tab + NE, m.down = tab + 2 * NE;
+  m.workspace = ws, m.workspace_bytes = wsb;
+  const double bytes = double(used.size()) * 3 * per * 2;
+  const double flops = 2.0 * T * KK * 3 * double(per);
+  for (auto kern :
+       {bc::MatmulKernel::Auto, bc::MatmulKernel::Rows16x32, bc::MatmulKernel::Rows16x32Deep}) {
+    m.kernel = kern;
+    const double ms = time_ms([&](int) { CK(bc::moe(m, nullptr)); }, 3, reps(T >= 512 ? 10 : 50));
+    std::printf("%-10s %6lld %6zu %6s %-10s %10.2f %9.0f %14.1f\n", "moe", (long long)T,
+                used.size(), "-",
+                kern == bc::MatmulKernel::Auto        ? "auto"
+                : kern == bc::MatmulKernel::Rows16x32 ? "R16x32"
+                                                      : "R16x32Deep",
+                ms * 1e3, bytes / (ms * 1e-3) / 1e9, flops / (ms * 1e-3) / 1e12);
+  }
+  for (void* p :
+       {(void*)wts, (void*)tab, (void*)x, (void*)router, (void*)out, ws, (void*)ids, (void*)wr})
+    CK(cudaFree(p));
+}
+
+void bench_hybrid() {
+  std::printf("\n%-10s %6s %6s %6s %-10s %10s %9s %14s\n", "op", "T", "seqs", "rows", "kernel",
+              "median_us", "state GB/s", "us per row");
+  bench_gdn(1, 1);
+  bench_gdn(64, 1);
+  bench_gdn(1, 64);
+  bench_gdn(1, 512);
+  std::printf("\n%-10s %6s %6s %6s %-10s %10s %9s %14s\n", "op", "T", "experts", "-", "kernel",
+              "median_us", "GB/s", "TFLOP/s");
+  for (int64_t T : {1, 8, 64, 512, 2048}) bench_moe(T);
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   const auto devs = bc::cuda_devices();
   if (devs.empty()) {
     std::printf("SKIP: no CUDA device\n");
     return 0;
   }
   std::printf("device: %s, %d SMs\n", devs[0].name.c_str(), devs[0].sm_count);
+  if (argc > 1 && std::string(argv[1]) == "hybrid") {
+    bench_hybrid();
+    return 0;
+  }
 
   // Copy bandwidth: 1 GiB device to device, bytes read + written.
   const size_t copy_bytes = size_t(1) << 30;
@@ -173,5 +296,6 @@ int main() {
     CK(cudaFree(out));
     CK(cudaFree(ws));
   }
+  bench_hybrid();
   return 0;
 }

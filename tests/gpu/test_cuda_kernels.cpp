@@ -8,19 +8,27 @@
 //           accumulation differ; observed far below);
 //   head_rmsnorm, rope: 1e-5 (f32 output, different sum order / sincosf vs libm);
 //   rmsnorm y, swiglu, attention (bf16 outputs): 1e-2.
+//   gated_add: 1e-6; gdn (f32 throughout; expf/log1pf vs libm): 1e-4 on outputs and states;
+//   sigmoid_mul, gated_rmsnorm (bf16 outputs): 1e-2; moe: 2e-3 against ref ops emulating the
+//   CUDA data types (x and the swiglu output in bf16), routing ids equal to ref::moe_route.
 // Exactness (bitwise): matmul rows of a T=1 pass vs the same rows inside T = 7, 31, 33, 128
 // passes, for every tiling; attention rows of T=1 decode steps vs rows inside prefill passes of
-// 7, 33, whole, with the fused and split kernels; two identical runs.
+// 7, 33, whole, with the fused and split kernels; two identical runs. gdn: each sequence of a
+// 4-sequence pass alone, a sequence in chunks and token by token (outputs and states); moe:
+// every row alone (T=1) vs inside the pass, and vs T=1 matmul_bf16 products; the backend's
+// recorded and replayed graphs vs its eager run.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_device.h"
 #include "backends/cuda/kernels.h"
 #include "core/dtype.h"
@@ -544,6 +552,508 @@ void test_paged_attention() {
   }
 }
 
+// --- hybrid (Gated DeltaNet) and MoE ops ---------------------------------------------------
+
+float round_bf16(float x) {
+  return bf16_to_f32(f32_to_bf16(x));
+}
+
+void test_sigmoid_mul_gated_add() {
+  const int64_t n = 10007;
+  auto y = rand_bf16(n, -3, 3);
+  auto g = rand_f32(n, -8, 8);
+  Dev<uint16_t> dy(n);
+  Dev<float> dg(n);
+  dy.up(y), dg.up(g);
+  CK(bc::sigmoid_mul(dy.p, dg.p, n, nullptr));
+  std::vector<float> ref = to_f32(y);
+  basalt::ref::sigmoid_mul(ref.data(), g.data(), n);
+  const auto got = to_f32(dy.down());
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i)
+    worst = std::max(worst, std::isfinite(got[i])
+                                ? std::fabs(got[i] - ref[i]) / (std::fabs(ref[i]) + 1e-3)
+                                : INFINITY);
+  check(worst < 1e-2, "sigmoid_mul n=10007 (bf16 y, per element, rel) " + fmt_err(worst));
+
+  const int64_t T = 7, m = 1000;
+  auto ya = rand_f32(T * m, -2, 2), s = rand_f32(T * m, -2, 2), gg = rand_f32(T, -6, 6);
+  Dev<float> dya(T * m), ds(T * m), dgg(T);
+  dya.up(ya), ds.up(s), dgg.up(gg);
+  CK(bc::gated_add(dya.p, ds.p, dgg.p, T, m, nullptr));
+  std::vector<float> ra = ya;
+  basalt::ref::gated_add(ra.data(), s.data(), gg.data(), T, m);
+  const double e = row_err(dya.down(), ra, T, m);
+  check(e < 1e-6, "gated_add T=7 n=1000 " + fmt_err(e));
+}
+
+void test_gated_rmsnorm() {
+  for (int64_t n : {24, 128}) {
+    const int64_t rows = 37 * 4;
+    auto x = rand_f32(rows * n, -3, 3), z = rand_f32(rows * n, -4, 4);
+    const auto w = rand_f32(n, 0.5f, 1.5f);
+    Dev<float> dx(rows * n), dz(rows * n), dw(n);
+    Dev<uint16_t> dy(rows * n), dy1(n);
+    dx.up(x), dz.up(z), dw.up(w);
+    dy.poison();
+    CK(bc::gated_rmsnorm(dx.p, dz.p, dw.p, dy.p, rows, n, 1e-6f, nullptr));
+    std::vector<float> ref(rows * n);
+    basalt::ref::gated_rmsnorm(x.data(), z.data(), w.data(), ref.data(), rows, n, 1e-6f);
+    const auto gy = dy.down();
+    const double e = row_err(to_f32(gy), ref, rows, n);
+    check(e < 1e-2, "gated_rmsnorm n=" + std::to_string(n) + " rows=148 " + fmt_err(e));
+    dy1.poison();
+    CK(bc::gated_rmsnorm(dx.p + 77 * n, dz.p + 77 * n, dw.p, dy1.p, 1, n, 1e-6f, nullptr));
+    const auto g1 = dy1.down();
+    check(same_bits(g1.data(), gy.data() + 77 * n, n * 2),
+          "gated_rmsnorm n=" + std::to_string(n) + " row alone == row in the pass, bitwise");
+  }
+}
+
+struct GdnShape {
+  int64_t Hk, Hv, Dk, Dv, K;
+};
+
+// A pass of 4 sequences (a continuing one, one from position 0 whose slot holds garbage, a
+// single decode row, a longer continuing one) against ref::gdn; then bitwise: each sequence
+// alone, one sequence in chunks of 3, 1, 6 and token by token, and a second identical run.
+void test_gdn(GdnShape sh) {
+  const int64_t Hk = sh.Hk, Hv = sh.Hv, Dk = sh.Dk, Dv = sh.Dv, K = sh.K;
+  const int64_t C = 2 * Hk * Dk + Hv * Dv, n_slots = 5;
+  const int64_t conv_n = n_slots * C * (K - 1), rec_n = n_slots * Hv * Dk * Dv;
+  struct Seq {
+    int32_t slot;
+    int64_t pos0, n;
+  };
+  const std::vector<Seq> seqs = {{2, 5, 5}, {0, 0, 7}, {3, 20, 1}, {1, 3, 10}};
+  std::vector<int32_t> slots;
+  std::vector<int64_t> pos;
+  std::vector<std::vector<int>> rows_of(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i)
+    for (int64_t r = 0; r < seqs[i].n; ++r) {
+      rows_of[i].push_back(int(slots.size()));
+      slots.push_back(seqs[i].slot);
+      pos.push_back(seqs[i].pos0 + r);
+    }
+  const int64_t T = int64_t(slots.size());
+  const auto qkv = rand_f32(T * C, -1, 1);
+  const auto b = rand_f32(T * Hv, -3, 3);
+  auto a = rand_f32(T * Hv, -3, 3);
+  a[3 * Hv] = 25.0f;  // softplus above torch's threshold (x itself)
+  const auto conv_w = rand_f32(C * K, -0.6f, 0.6f);
+  const auto A_log = rand_f32(Hv, -1, 1), dt_bias = rand_f32(Hv, -1, 1);
+  auto conv0 = rand_f32(conv_n, -1, 1), rec0 = rand_f32(rec_n, -0.5f, 0.5f);
+  // Slot 0's sequence starts at position 0: its garbage must be ignored.
+  for (int64_t i = 0; i < C * (K - 1); ++i) conv0[i] = 1e3f;
+  for (int64_t i = 0; i < Hv * Dk * Dv; ++i) rec0[i] = -1e3f;
+
+  // Reference over the whole pass.
+  std::vector<float> ref_out(T * Hv * Dv), ref_conv = conv0, ref_rec = rec0;
+  basalt::GdnArgs ga;
+  ga.qkv = qkv.data(), ga.b = b.data(), ga.a = a.data(), ga.conv_w = conv_w.data();
+  ga.A_log = A_log.data(), ga.dt_bias = dt_bias.data();
+  ga.conv_state = ref_conv.data(), ga.rec_state = ref_rec.data(), ga.out = ref_out.data();
+  ga.T = T, ga.Hk = Hk, ga.Hv = Hv, ga.Dk = Dk, ga.Dv = Dv, ga.K = K;
+  basalt::ref::gdn(ga, slots.data(), pos.data());
+
+  Dev<float> dconv(conv_n), drec(rec_n), dw(C * K), dA(Hv), ddt(Hv);
+  dw.up(conv_w), dA.up(A_log), ddt.up(dt_bias);
+  auto reset = [&] { dconv.up(conv0), drec.up(rec0); };
+  // One pass over the given rows of the full pass (in that order); returns its output rows.
+  auto pass = [&](const std::vector<int>& rows) {
+    const int64_t n = int64_t(rows.size());
+    std::vector<float> x(n * C), bb(n * Hv), aa(n * Hv);
+    std::vector<int32_t> sl(n), ps(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const int r = rows[size_t(i)];
+      std::copy_n(qkv.begin() + r * C, C, x.begin() + i * C);
+      std::copy_n(b.begin() + r * Hv, Hv, bb.begin() + i * Hv);
+      std::copy_n(a.begin() + r * Hv, Hv, aa.begin() + i * Hv);
+      sl[size_t(i)] = slots[size_t(r)];
+      ps[size_t(i)] = int32_t(pos[size_t(r)]);
+    }
+    Dev<float> dx(n * C), db(n * Hv), da(n * Hv), dout(n * Hv * Dv),
+        du(bc::gdn_scratch_floats(n, Hk, Hv, Dk, Dv));
+    Dev<int32_t> dsl(n), dps(n);
+    dx.up(x), db.up(bb), da.up(aa), dsl.up(sl), dps.up(ps);
+    dout.poison();
+    bc::GdnKernelArgs k;
+    k.qkv = dx.p, k.b = db.p, k.a = da.p, k.conv_w = dw.p, k.A_log = dA.p, k.dt_bias = ddt.p;
+    k.conv_state = dconv.p, k.rec_state = drec.p, k.out = dout.p, k.slots = dsl.p, k.pos = dps.p;
+    k.u = du.p;
+    k.T = n, k.Hk = Hk, k.Hv = Hv, k.Dk = Dk, k.Dv = Dv, k.K = K;
+    CK(bc::gdn(k, nullptr));
+    return dout.down();
+  };
+  std::vector<int> all(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) all[size_t(t)] = int(t);
+  const std::string tag = "gdn Hk=" + std::to_string(Hk) + " Hv=" + std::to_string(Hv) +
+                          " Dk=" + std::to_string(Dk) + " Dv=" + std::to_string(Dv) +
+                          " K=" + std::to_string(K);
+
+  reset();
+  const auto whole = pass(all);
+  const auto conv1 = dconv.down(), rec1 = drec.down();
+  double e = row_err(whole, ref_out, T * Hv, Dv);
+  check(e < 1e-4, tag + " out vs ref (4 sequences, T=" + std::to_string(T) + ") " + fmt_err(e));
+  e = std::max(row_err(conv1, ref_conv, n_slots, C * (K - 1)),
+               row_err(rec1, ref_rec, n_slots * Hv, Dk * Dv));
+  check(e < 1e-4, tag + " conv/recurrent state vs ref " + fmt_err(e));
+  check(same_bits(conv1.data() + 4 * C * (K - 1), conv0.data() + 4 * C * (K - 1),
+                  size_t(C * (K - 1)) * 4) &&
+            same_bits(rec1.data() + 4 * Hv * Dk * Dv, rec0.data() + 4 * Hv * Dk * Dv,
+                      size_t(Hv * Dk * Dv) * 4),
+        tag + " an unused slot is untouched");
+
+  auto rows_match = [&](const std::vector<float>& got, const std::vector<int>& rows) {
+    bool ok = true;
+    for (size_t i = 0; i < rows.size(); ++i)
+      ok &= same_bits(got.data() + i * Hv * Dv, whole.data() + rows[i] * Hv * Dv,
+                      size_t(Hv * Dv) * 4);
+    return ok;
+  };
+  auto states_match = [&](int32_t slot) {
+    const auto c = dconv.down(), r = drec.down();
+    const size_t cn = size_t(C * (K - 1)), rn = size_t(Hv * Dk * Dv);
+    return same_bits(c.data() + slot * cn, conv1.data() + slot * cn, cn * 4) &&
+           same_bits(r.data() + slot * rn, rec1.data() + slot * rn, rn * 4);
+  };
+  bool ok = true;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    reset();
+    ok &= rows_match(pass(rows_of[i]), rows_of[i]) && states_match(seqs[i].slot);
+  }
+  check(ok, tag +
+                " each sequence alone == its rows in the 4-sequence pass (out and state), "
+                "bitwise");
+  for (const std::vector<int64_t>& chunks :
+       {std::vector<int64_t>{3, 1, 6}, std::vector<int64_t>(10, 1)}) {
+    reset();
+    bool same = true;
+    int64_t at = 0;
+    for (int64_t c : chunks) {
+      std::vector<int> part(rows_of[3].begin() + at, rows_of[3].begin() + at + c);
+      same &= rows_match(pass(part), part);
+      at += c;
+    }
+    same &= states_match(seqs[3].slot);
+    check(same, tag + (chunks.size() == 3 ? " chunks of 3, 1, 6" : " token by token (T=1)") +
+                    " == the whole run, bitwise");
+  }
+  reset();
+  const auto again = pass(all);
+  check(same_bits(again.data(), whole.data(), whole.size() * 4), tag + " two runs bitwise");
+}
+
+struct MoeShape {
+  int64_t T, E, F, n_experts, top_k;
+  bool norm;
+};
+
+// ref::moe with the CUDA data types: x bf16 (given), the swiglu output rounded to bf16.
+std::vector<float> moe_ref_bf16(const std::vector<uint16_t>& x, const std::vector<float>& router,
+                                const std::vector<std::vector<uint16_t>>& wg,
+                                const std::vector<std::vector<uint16_t>>& wu,
+                                const std::vector<std::vector<uint16_t>>& wd, MoeShape sh,
+                                std::vector<int32_t>& ids, std::vector<float>& w) {
+  const int64_t T = sh.T, E = sh.E, F = sh.F, NE = sh.n_experts, KK = sh.top_k;
+  std::vector<float> ref(T * E, 0.0f);
+  ids.assign(T * KK, 0);
+  w.assign(T * KK, 0.0f);
+  const auto xf = to_f32(x);
+  std::vector<float> g(F), u(F), act(F), y(E);
+  for (int64_t t = 0; t < T; ++t) {
+    basalt::ref::moe_route(router.data() + t * NE, NE, KK, sh.norm, ids.data() + t * KK,
+                           w.data() + t * KK);
+    for (int64_t k = 0; k < KK; ++k) {
+      const int32_t e = ids[t * KK + k];
+      basalt::ref::matmul(xf.data() + t * E, 1, wref(wg[e], F, E), g.data());
+      basalt::ref::matmul(xf.data() + t * E, 1, wref(wu[e], F, E), u.data());
+      basalt::ref::swiglu(g.data(), u.data(), act.data(), F);
+      for (auto& v : act) v = round_bf16(v);
+      basalt::ref::matmul(act.data(), 1, wref(wd[e], E, F), y.data());
+      for (int64_t i = 0; i < E; ++i) ref[t * E + i] += w[t * KK + k] * y[i];
+    }
+  }
+  return ref;
+}
+
+// moe against an emulation of the CUDA data types with ref ops (x and the swiglu output rounded
+// to bf16); bitwise: each row alone (T=1) == its row in the pass, == the composition of T=1
+// matmul_bf16 products with the device routing, and two runs.
+void test_moe(MoeShape sh) {
+  const int64_t T = sh.T, E = sh.E, F = sh.F, NE = sh.n_experts, KK = sh.top_k;
+  auto x = rand_bf16(T * E, -1, 1);
+  auto router = rand_f32(T * NE, -3, 3);
+  for (int64_t t = 0; t < T; t += 1)  // expert 1 popular: tiles of 16 pairs and a partial one
+    if (t % 5 != 4) router[t * NE + 1] += 4.0f;
+  std::vector<std::vector<uint16_t>> wg(NE), wu(NE), wd(NE);
+  for (int64_t e = 0; e < NE; ++e) {
+    wg[e] = rand_bf16(F * E, -0.1f, 0.1f);
+    wu[e] = rand_bf16(F * E, -0.1f, 0.1f);
+    wd[e] = rand_bf16(E * F, -0.1f, 0.1f);
+  }
+  const std::string tag = "moe T=" + std::to_string(T) + " E=" + std::to_string(E) +
+                          " F=" + std::to_string(F) + " experts=" + std::to_string(NE) + " top" +
+                          std::to_string(KK) + (sh.norm ? " norm" : "");
+
+  std::vector<int32_t> ref_ids;
+  std::vector<float> ref_w;
+  const auto ref = moe_ref_bf16(x, router, wg, wu, wd, sh, ref_ids, ref_w);
+
+  // Device weights and pointer tables.
+  std::vector<std::unique_ptr<Dev<uint16_t>>> dev_w;
+  std::vector<const uint16_t*> ptrs(3 * NE);
+  for (int64_t e = 0; e < NE; ++e)
+    for (int m = 0; m < 3; ++m) {
+      const auto& h = m == 0 ? wg[e] : m == 1 ? wu[e] : wd[e];
+      dev_w.push_back(std::make_unique<Dev<uint16_t>>(h.size()));
+      dev_w.back()->up(h);
+      ptrs[m * NE + e] = dev_w.back()->p;
+    }
+  Dev<const uint16_t*> dtab(3 * NE);
+  dtab.up(ptrs);
+  Dev<uint16_t> dx(T * E);
+  Dev<float> dr(T * NE), dout(T * E), d1(E);
+  dx.up(x), dr.up(router);
+  const size_t ws_bytes = bc::moe_workspace_bytes(T, E, F, NE, KK);
+  Dev<uint8_t> ws(ws_bytes);
+  auto run = [&](const uint16_t* xp, const float* rp, int64_t rows, float* out,
+                 bc::MatmulKernel kern = bc::MatmulKernel::Auto) {
+    bc::MoeKernelArgs a;
+    a.kernel = kern;
+    a.x = xp, a.router = rp, a.out = out;
+    a.T = rows, a.E = E, a.F = F, a.n_experts = NE, a.top_k = KK, a.norm_topk = sh.norm;
+    a.gate = dtab.p, a.up = dtab.p + NE, a.down = dtab.p + 2 * NE;
+    a.workspace = ws.p, a.workspace_bytes = ws_bytes;
+    CK(bc::moe(a, nullptr));
+  };
+  dout.poison();
+  run(dx.p, dr.p, T, dout.p);
+  const auto got = dout.down();
+  const double e = row_err(got, ref, T, E);
+  check(e < 2e-3, tag + " vs emulated ref " + fmt_err(e));
+
+  // Routing alone: the same experts as ref::moe_route, weights within 1e-6.
+  Dev<int32_t> dids(T * KK);
+  Dev<float> dws(T * KK);
+  CK(bc::moe_route(dr.p, T, NE, KK, sh.norm, dids.p, dws.p, nullptr));
+  const auto gids = dids.down();
+  const auto gws = dws.down();
+  double we = 0;
+  for (int64_t i = 0; i < T * KK; ++i)
+    we = std::max(we, double(std::fabs(gws[i] - ref_w[i]) / std::fabs(ref_w[i])));
+  check(gids == ref_ids && we < 1e-5, tag + " routing: ids == ref, weights " + fmt_err(we));
+
+  // Each row alone.
+  bool ok = true;
+  for (int64_t t = 0; t < T; ++t) {
+    d1.poison();
+    run(dx.p + t * E, dr.p + t * NE, 1, d1.p);
+    const auto one = d1.down();
+    ok &= same_bits(one.data(), got.data() + t * E, E * 4);
+  }
+  check(ok, tag + " each row alone (T=1) == its row in the pass, bitwise");
+
+  // The composition of T=1 matmul_bf16 products with the device routing (host combine in
+  // the kernel's order: f32 mul, then add).
+  {
+    Dev<float> g(F), u(F), y(E);
+    Dev<uint16_t> act(F);
+    bool same = true;
+    for (int64_t t = 0; t < T && t < 8; ++t) {
+      std::vector<float> acc(E, 0.0f);
+      for (int64_t k = 0; k < KK; ++k) {
+        const int32_t ex = gids[t * KK + k];
+        CK(bc::matmul_bf16(dx.p + t * E, 1, ptrs[ex], F, E, g.p, nullptr));
+        CK(bc::matmul_bf16(dx.p + t * E, 1, ptrs[NE + ex], F, E, u.p, nullptr));
+        CK(bc::swiglu(g.p, u.p, act.p, F, nullptr));
+        CK(bc::matmul_bf16(act.p, 1, ptrs[2 * NE + ex], E, F, y.p, nullptr));
+        const auto yh = y.down();
+        for (int64_t i = 0; i < E; ++i) {
+          const float prod = gws[t * KK + k] * yh[i];
+          acc[i] = acc[i] + prod;
+        }
+      }
+      same &= same_bits(acc.data(), got.data() + t * E, E * 4);
+    }
+    check(same, tag + " == T=1 matmul_bf16 products + swiglu + rank-order sum, bitwise");
+  }
+  dout.poison();
+  run(dx.p, dr.p, T, dout.p);
+  const auto again = dout.down();
+  check(same_bits(again.data(), got.data(), got.size() * 4), tag + " two runs bitwise");
+  bool tilings = true;
+  for (auto kern : {bc::MatmulKernel::Rows16x32, bc::MatmulKernel::Rows16x32Deep}) {
+    dout.poison();
+    run(dx.p, dr.p, T, dout.p, kern);
+    const auto other = dout.down();
+    tilings &= same_bits(other.data(), got.data(), got.size() * 4);
+  }
+  check(tilings, tag + " expert tilings k-stage 128 x 4 and 256 x 6 give the same bits");
+}
+
+// The plan: every pair exactly once, grouped by expert in increasing pair order, tiles of at
+// most 16 pairs of one expert, unused tiles empty.
+void test_moe_plan() {
+  const int64_t P = 300, NE = 12;
+  std::vector<int32_t> ids(P);
+  for (int64_t i = 0; i < P; ++i) ids[i] = int32_t(i % 7 == 0 ? 3 : g_rng() % NE);
+  const int64_t mt = bc::moe_max_tiles(P, NE);
+  Dev<int32_t> di(P), dord(P), dt(3 * mt);
+  di.up(ids);
+  dord.poison(), dt.poison();
+  CK(bc::moe_plan(di.p, P, NE, dord.p, dt.p, mt, nullptr));
+  const auto order = dord.down(), tiles = dt.down();
+  std::vector<int32_t> want;
+  for (int32_t e = 0; e < NE; ++e)
+    for (int64_t i = 0; i < P; ++i)
+      if (ids[i] == e) want.push_back(int32_t(i));
+  bool ok = order == want;
+  int64_t covered = 0, next = 0;
+  for (int64_t i = 0; i < mt; ++i) {
+    const int32_t e = tiles[i], first = tiles[mt + i], n = tiles[2 * mt + i];
+    if (n == 0) continue;
+    ok &= n <= 16 && first == next;
+    for (int32_t r = 0; r < n; ++r) ok &= ids[order[first + r]] == e;
+    covered += n, next = first + n;
+  }
+  check(ok && covered == P, "moe_plan: pairs grouped by expert (stable), tiles of <= 16");
+}
+
+// Through CudaBackend: begin_pass uploads the pass's state slots and positions; run() runs a key
+// eagerly, records it the second time and replays it after. The recording of gdn and moe must
+// read slots, positions and routing from device memory: a replay with other slots and
+// positions (same T) follows them, and repeated runs give the same bits.
+void test_backend_hybrid() {
+  auto be = bc::make_cuda_backend({});
+  auto dev_copy = [&](const void* h, size_t bytes) {
+    void* d = be->alloc(bytes);
+    be->upload(d, h, bytes);
+    return d;
+  };
+  const int64_t Hk = 2, Hv = 4, Dk = 16, Dv = 24, K = 4, T = 3, n_slots = 4;
+  const int64_t C = 2 * Hk * Dk + Hv * Dv, conv_n = n_slots * C * (K - 1),
+                rec_n = n_slots * Hv * Dk * Dv;
+  const auto qkv = rand_f32(T * C), b = rand_f32(T * Hv, -3, 3), a = rand_f32(T * Hv, -3, 3);
+  const auto conv_w = rand_f32(C * K, -0.6f, 0.6f), A_log = rand_f32(Hv), dt = rand_f32(Hv);
+  const auto conv0 = rand_f32(conv_n), rec0 = rand_f32(rec_n, -0.5f, 0.5f);
+  auto* dconv = static_cast<float*>(be->alloc(conv_n * 4));
+  auto* drec = static_cast<float*>(be->alloc(rec_n * 4));
+  auto* dout = static_cast<float*>(be->alloc(T * Hv * Dv * 4));
+  basalt::GdnArgs g;
+  g.qkv = static_cast<const float*>(dev_copy(qkv.data(), qkv.size() * 4));
+  g.b = static_cast<const float*>(dev_copy(b.data(), b.size() * 4));
+  g.a = static_cast<const float*>(dev_copy(a.data(), a.size() * 4));
+  g.conv_w = be->prepare_vector(conv_w.data(), C * K);
+  g.A_log = be->prepare_vector(A_log.data(), Hv);
+  g.dt_bias = be->prepare_vector(dt.data(), Hv);
+  g.conv_state = dconv, g.rec_state = drec, g.out = dout;
+  g.T = T, g.Hk = Hk, g.Hv = Hv, g.Dk = Dk, g.Dv = Dv, g.K = K;
+
+  // Two passes of 3 single-row sequences (same T, so the same recording).
+  const int32_t blk[3][1] = {{0}, {1}, {2}};
+  const int32_t* tables[3] = {blk[0], blk[1], blk[2]};
+  const int64_t sizes[3] = {1, 1, 1};
+  const int32_t ids[3] = {0, 0, 0};
+  struct Pass {
+    int64_t pos[3];
+    int32_t slots[3];
+  };
+  const Pass passes[4] = {{{4, 0, 9}, {1, 0, 3}},
+                          {{4, 0, 9}, {1, 0, 3}},
+                          {{4, 0, 9}, {1, 0, 3}},
+                          {{0, 7, 2}, {2, 3, 1}}};
+  std::vector<float> first;
+  bool bits = true, close = true;
+  double worst = 0;
+  for (int i = 0; i < 4; ++i) {
+    const Pass& p = passes[i];
+    be->upload(dconv, conv0.data(), conv_n * 4);
+    be->upload(drec, rec0.data(), rec_n * 4);
+    basalt::PassRows pr;
+    pr.T = T, pr.ids = ids, pr.pos = p.pos, pr.tables = tables, pr.table_sizes = sizes;
+    pr.block_size = 64, pr.slots = p.slots;
+    be->begin_pass(pr);
+    be->run(0x9d11, [&] { be->gdn(g); });
+    std::vector<float> got(T * Hv * Dv), gconv(conv_n), grec(rec_n);
+    be->download(got.data(), dout, got.size() * 4);
+    be->download(gconv.data(), dconv, conv_n * 4);
+    be->download(grec.data(), drec, rec_n * 4);
+    std::vector<float> ref(T * Hv * Dv), rconv = conv0, rrec = rec0;
+    basalt::GdnArgs h = g;
+    h.qkv = qkv.data(), h.b = b.data(), h.a = a.data(), h.conv_w = conv_w.data();
+    h.A_log = A_log.data(), h.dt_bias = dt.data();
+    h.conv_state = rconv.data(), h.rec_state = rrec.data(), h.out = ref.data();
+    basalt::ref::gdn(h, p.slots, p.pos);
+    const double e =
+        std::max({row_err(got, ref, T * Hv, Dv), row_err(gconv, rconv, n_slots, C * (K - 1)),
+                  row_err(grec, rrec, n_slots * Hv, Dk * Dv)});
+    worst = std::max(worst, e);
+    close &= e < 1e-4;
+    if (i == 0) first = got;
+    if (i > 0 && i < 3) bits &= same_bits(got.data(), first.data(), first.size() * 4);
+  }
+  check(close,
+        "backend gdn (eager, recorded, replayed, replayed with other slots/positions) "
+        "vs ref " +
+            fmt_err(worst));
+  check(bits, "backend gdn: eager == recorded == replayed, bitwise");
+
+  // moe through the backend: host arrays of prepared expert weights.
+  const MoeShape sh{5, 64, 32, 8, 2, true};
+  std::vector<std::vector<uint16_t>> wg(8), wu(8), wd(8);
+  std::vector<basalt::WeightRef> rg, ru, rd;
+  for (int e = 0; e < 8; ++e) {
+    wg[e] = rand_bf16(32 * 64, -0.3f, 0.3f);
+    wu[e] = rand_bf16(32 * 64, -0.3f, 0.3f);
+    wd[e] = rand_bf16(64 * 32, -0.3f, 0.3f);
+    rg.push_back(be->prepare_weight(wref(wg[e], 32, 64)));
+    ru.push_back(be->prepare_weight(wref(wu[e], 32, 64)));
+    rd.push_back(be->prepare_weight(wref(wd[e], 64, 32)));
+  }
+  const auto x = rand_bf16(5 * 64);
+  const auto router = rand_f32(5 * 8, -2, 2);
+  basalt::MoeArgs m;
+  m.x = dev_copy(x.data(), x.size() * 2);
+  m.router = static_cast<const float*>(dev_copy(router.data(), router.size() * 4));
+  m.out = static_cast<float*>(be->alloc(5 * 64 * 4));
+  m.T = 5, m.E = 64, m.F = 32, m.n_experts = 8, m.top_k = 2, m.norm_topk = true;
+  m.gate = rg.data(), m.up = ru.data(), m.down = rd.data();
+  std::vector<int32_t> ref_ids;
+  std::vector<float> ref_w;
+  const auto ref = moe_ref_bf16(x, router, wg, wu, wd, sh, ref_ids, ref_w);
+  const int32_t ids5[5] = {0, 0, 0, 0, 0};
+  const int32_t* tables5[5] = {blk[0], blk[0], blk[0], blk[0], blk[0]};
+  const int64_t pos5[5] = {0, 1, 2, 3, 4}, sizes5[5] = {1, 1, 1, 1, 1};
+  std::vector<float> mfirst;
+  bool mbits = true;
+  double merr = 0;
+  for (int i = 0; i < 3; ++i) {
+    basalt::PassRows pr;
+    pr.T = 5, pr.ids = ids5, pr.pos = pos5, pr.tables = tables5, pr.table_sizes = sizes5;
+    pr.block_size = 64;
+    be->begin_pass(pr);
+    be->run(0x3e0e, [&] { be->moe(m); });
+    std::vector<float> got(5 * 64);
+    be->download(got.data(), m.out, got.size() * 4);
+    merr = std::max(merr, row_err(got, ref, 5, 64));
+    if (i == 0) mfirst = got;
+    mbits &= same_bits(got.data(), mfirst.data(), got.size() * 4);
+  }
+  check(merr < 2e-3 && mbits,
+        "backend moe: eager == recorded == replayed, bitwise; vs emulated ref " + fmt_err(merr));
+
+  // copy (recurrent-state snapshots): slot 3 of the recurrent state into slot 0.
+  std::vector<float> before(rec_n), after(rec_n);
+  be->download(before.data(), drec, rec_n * 4);
+  const size_t slot_bytes = size_t(Hv * Dk * Dv) * 4;
+  be->copy(drec, reinterpret_cast<const char*>(drec) + 3 * slot_bytes, slot_bytes);
+  be->download(after.data(), drec, rec_n * 4);
+  std::copy_n(before.begin() + 3 * Hv * Dk * Dv, Hv * Dk * Dv, before.begin());
+  check(same_bits(before.data(), after.data(), rec_n * 4), "backend copy: a state slot, bitwise");
+}
+
 }  // namespace
 
 int main() {
@@ -572,10 +1082,24 @@ int main() {
   test_attention({200, 8, 2, 128}, true);
   test_attention({150, 4, 4, 64}, true);
   test_attention({130, 4, 2, 32}, true);
+  test_attention({170, 8, 2, 256}, true);  // Qwen3.5 and Qwen3-Next heads
   test_attention({1100, 32, 8, 128}, false);
   test_small_ops();
   test_argmax();
   test_paged_attention();
+  test_sigmoid_mul_gated_add();
+  test_gated_rmsnorm();
+  test_gdn({2, 4, 16, 24, 4});   // the golden qwen3_5 shape: Dv not a multiple of 32
+  test_gdn({2, 6, 128, 64, 4});  // Qwen3-Next's Dk, Dk != Dv, 3 value heads per key head
+  test_gdn({1, 2, 64, 128, 3});  // Dv over several warps
+  test_gdn({4, 4, 48, 40, 2});   // Dk not a power of two, K = 2
+  test_moe_plan();
+  test_moe({1, 256, 96, 16, 4, true});
+  test_moe({37, 256, 96, 16, 4, true});
+  test_moe({37, 256, 96, 16, 4, false});
+  test_moe({37, 2048, 256, 8, 2, true});  // gate/up in 2 K segments of 1024
+  test_moe({1100, 64, 32, 8, 2, false});  // two chunks of kMoeChunkRows
+  test_backend_hybrid();
   std::printf("%s: %d failure(s)\n", g_failures ? "FAILED" : "ALL PASSED", g_failures);
   return g_failures ? 1 : 0;
 }

@@ -5,14 +5,22 @@
 // Tolerance against the CPU backend (f32 activations, f32 KV): the CUDA backend rounds every
 // matmul input and the KV cache to bf16 (and f32 checkpoints' matrices to bf16 at upload), so
 // max |cuda − cpu| ≤ 5e-2 · max |cpu| over each case's logits, and greedy argmax agreeing on at
-// least 90 % of positions. Bitwise (GPU against itself): prefill chunk sizes 1, 7, 64, 128,
+// least 90 % of positions (MoE models: argmax at >= 80 % only, see against_cpu). Against the
+// CPU backend with the CUDA data types (Bf16Cpu below): ≤ 2e-2 and argmax >= 90 %, every
+// model. Bitwise (GPU against itself): prefill chunk sizes 1, 7, 64, 128,
 // whole; T=1 decode steps after a prefill; a sequence alone vs inside a batch of three; CUDA
-// graphs on vs off.
+// graphs on vs off. The same for the hybrid and MoE golden models (Gated DeltaNet state in the
+// pool's slots, routed experts), which the backend must not refuse (qwen3_moe is skipped: its
+// head_dim 16 has no attention kernel).
+#include <algorithm>
+#include <condition_variable>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -21,8 +29,10 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_device.h"
 #include "core/error.h"
+#include "engine/engine.h"
 #include "engine/generator.h"
 #include "models/model.h"
+#include "ops/ref/ref_ops.h"
 
 namespace {
 
@@ -45,40 +55,224 @@ std::vector<int32_t> prompt_ids(int64_t T, int64_t V) {
   return ids;
 }
 
-// CUDA logits vs the CPU path for one checkpoint.
-void against_cpu(const std::string& label, const std::string& path, Backend& gpu) {
-  std::unique_ptr<Model> m;
-  try {
-    m = model_load(path);
-    m->check_backend(gpu);
-  } catch (const Error& e) {
-    std::printf("SKIP  %s: %s\n", label.c_str(), e.what());
-    return;
+// The CPU backend with the CUDA backend's data types: matrices rounded to bf16 when prepared,
+// every matmul input (the act_dtype outputs of the norms, swiglu, attention, sigmoid_mul and
+// gated_rmsnorm, and the MoE experts' swiglu) and the K/V rows rounded to bf16. Against it the
+// CUDA backend differs only in summation order and libm-vs-CUDA ulps, so the comparison stays
+// tight even where the plain CPU path routes a token to other experts (a near tie of router
+// logits that bf16 activations tip over).
+class Bf16Cpu final : public Backend {
+ public:
+  Bf16Cpu() : in_(cpu::make_cpu_backend(1)) {}
+  std::string name() const override { return "cpu (bf16 emulation)"; }
+  bool supports_weight(DType t) const override { return in_->supports_weight(t); }
+  bool supports_head_dim(int64_t D) const override { return in_->supports_head_dim(D); }
+  void* alloc(size_t bytes) override { return in_->alloc(bytes); }
+  void dealloc(void* p) override { in_->dealloc(p); }
+  void upload(void* d, const void* s, size_t n) override { in_->upload(d, s, n); }
+  void download(void* d, const void* s, size_t n) override { in_->download(d, s, n); }
+  bool host_memory() const override { return true; }
+  WeightRef prepare_weight(const WeightRef& w) override {
+    if (w.dtype == DType::BF16) return in_->prepare_weight(w);
+    auto& v = owned_.emplace_back(size_t(w.rows * w.cols));
+    for (int64_t i = 0; i < w.rows * w.cols; ++i)
+      v[size_t(i)] = f32_to_bf16(float(dtype_read_f64(w.dtype, w.data, i)));
+    return in_->prepare_weight(WeightRef{DType::BF16, w.rows, w.cols, v.data()});
   }
-  const int64_t V = m->config().vocab;
-  const auto ids = prompt_ids(std::min<int64_t>(70, m->config().max_context), V);
-  auto cpu = cpu::make_cpu_backend(0);
-  const auto want = Generator(*m, *cpu).logits(ids, 0);
-  const auto got = Generator(*m, gpu).logits(ids, 0);
+  const float* prepare_vector(const float* d, int64_t n) override {
+    return in_->prepare_vector(d, n);
+  }
+  DType act_dtype() const override { return DType::F32; }
+  DType kv_dtype() const override { return DType::F32; }
+  int64_t kv_block_multiple() const override { return in_->kv_block_multiple(); }
+  size_t peak_bytes() const override { return in_->peak_bytes(); }
+  void begin_pass(const PassRows& r) override {
+    T_ = r.T;
+    in_->begin_pass(r);
+  }
+  void matmul(const void* x, int64_t T, const WeightRef& w, float* y) override {
+    in_->matmul(x, T, w, y);
+  }
+  void rmsnorm(const float* x, const float* w, void* y, int64_t rows, int64_t n,
+               float eps) override {
+    in_->rmsnorm(x, w, y, rows, n, eps);
+    round(y, rows * n);
+  }
+  void add_rmsnorm(float* x, const float* d, const float* w, void* y, int64_t rows, int64_t n,
+                   float eps) override {
+    in_->add_rmsnorm(x, d, w, y, rows, n, eps);
+    round(y, rows * n);
+  }
+  void head_rmsnorm(float* x, const float* w, int64_t rows, int64_t n, float eps) override {
+    in_->head_rmsnorm(x, w, rows, n, eps);
+  }
+  void embedding(const WeightRef& t, float* out) override { in_->embedding(t, out); }
+  void rope_angles(const float* f, int64_t half, float* c, float* s) override {
+    in_->rope_angles(f, half, c, s);
+  }
+  void rope(float* x, int64_t T, int64_t h, int64_t D, int64_t rot, const float* c, const float* s,
+            RopeStyle st) override {
+    in_->rope(x, T, h, D, rot, c, s, st);
+  }
+  void add_bias(float* y, const float* b, int64_t T, int64_t n) override {
+    in_->add_bias(y, b, T, n);
+  }
+  void kv_write(const float* k, const float* v, void* kc, void* vc, int64_t row) override {
+    kb_.assign(k, k + T_ * row);
+    vb_.assign(v, v + T_ * row);
+    round(kb_.data(), int64_t(kb_.size()));
+    round(vb_.data(), int64_t(vb_.size()));
+    in_->kv_write(kb_.data(), vb_.data(), kc, vc, row);
+  }
+  void attention(const AttentionArgs& a) override {
+    in_->attention(a);
+    round(a.out, a.T * a.H * a.D);
+  }
+  void swiglu(const float* g, const float* u, void* out, int64_t n) override {
+    in_->swiglu(g, u, out, n);
+    round(out, n);
+  }
+  void add(float* y, const float* x, int64_t n) override { in_->add(y, x, n); }
+  void argmax_rows(const float* x, int64_t rows, int64_t n, int32_t* out) override {
+    in_->argmax_rows(x, rows, n, out);
+  }
+  bool supports_hybrid() const override { return true; }
+  bool supports_moe() const override { return true; }
+  void sigmoid_mul(void* y, const float* g, int64_t n) override {
+    in_->sigmoid_mul(y, g, n);
+    round(y, n);
+  }
+  void gated_add(float* y, const float* s, const float* g, int64_t T, int64_t n) override {
+    in_->gated_add(y, s, g, T, n);
+  }
+  void gdn(const GdnArgs& g) override { in_->gdn(g); }
+  void gated_rmsnorm(const float* x, const float* z, const float* w, void* y, int64_t rows,
+                     int64_t n, float eps) override {
+    in_->gated_rmsnorm(x, z, w, y, rows, n, eps);
+    round(y, rows * n);
+  }
+  // ref::moe's composition on this backend's ops, the swiglu output rounded like the GPU's.
+  void moe(const MoeArgs& m) override {
+    std::vector<int32_t> ids(size_t(m.top_k));
+    std::vector<float> p(size_t(m.top_k)), g(size_t(m.F)), u(size_t(m.F)), a(size_t(m.F)),
+        y(size_t(m.E));
+    const float* x = static_cast<const float*>(m.x);
+    for (int64_t t = 0; t < m.T; ++t) {
+      ref::moe_route(m.router + t * m.n_experts, m.n_experts, m.top_k, m.norm_topk, ids.data(),
+                     p.data());
+      float* out = m.out + t * m.E;
+      std::fill(out, out + m.E, 0.0f);
+      for (int64_t k = 0; k < m.top_k; ++k) {
+        const int32_t e = ids[size_t(k)];
+        in_->matmul(x + t * m.E, 1, m.gate[e], g.data());
+        in_->matmul(x + t * m.E, 1, m.up[e], u.data());
+        swiglu(g.data(), u.data(), a.data(), m.F);
+        in_->matmul(a.data(), 1, m.down[e], y.data());
+        for (int64_t i = 0; i < m.E; ++i) out[i] += p[size_t(k)] * y[size_t(i)];
+      }
+    }
+  }
+  void run(uint64_t key, const std::function<void()>& program) override { program(); }
+
+ private:
+  static void round(void* p, int64_t n) {
+    float* f = static_cast<float*>(p);
+    for (int64_t i = 0; i < n; ++i) f[i] = bf16_to_f32(f32_to_bf16(f[i]));
+  }
+  std::unique_ptr<Backend> in_;
+  std::deque<std::vector<uint16_t>> owned_;
+  std::vector<float> kb_, vb_;
+  int64_t T_ = 0;
+};
+
+// Max |got - want| over all logits relative to max |want|; argmax agreement per position; and
+// the positions whose own error exceeds `tol` (for the message).
+struct Diff {
+  double rel = 0;
+  int64_t agree = 0, T = 0;
+  std::string over;
+};
+Diff compare(const std::vector<float>& got, const std::vector<float>& want, int64_t T, int64_t V,
+             double tol) {
+  Diff d;
+  d.T = T;
   double max_ref = 0, max_d = 0;
-  int64_t agree = 0;
-  const int64_t T = int64_t(ids.size());
+  std::vector<double> pos_d(size_t(T), 0.0);
   for (int64_t t = 0; t < T; ++t) {
     int64_t a = 0, b = 0;
     for (int64_t v = 0; v < V; ++v) {
       const float x = got[size_t(t * V + v)], y = want[size_t(t * V + v)];
       max_ref = std::max(max_ref, double(std::fabs(y)));
-      max_d = std::max(max_d, std::isfinite(x) ? double(std::fabs(x - y)) : INFINITY);
+      const double e = std::isfinite(x) ? double(std::fabs(x - y)) : INFINITY;
+      pos_d[size_t(t)] = std::max(pos_d[size_t(t)], e);
       if (x > got[size_t(t * V + a)]) a = v;
       if (y > want[size_t(t * V + b)]) b = v;
     }
-    agree += a == b;
+    d.agree += a == b;
   }
-  const double rel = max_d / max_ref;
-  char buf[160];
-  std::snprintf(buf, sizeof buf, " vs cpu: max|d| %.3g of max|ref| %.3g (%.2e), argmax %lld/%lld",
-                max_d, max_ref, rel, (long long)agree, (long long)T);
-  check(rel <= 5e-2 && agree * 10 >= T * 9, label + buf);
+  for (double e : pos_d) max_d = std::max(max_d, e);
+  d.rel = max_d / max_ref;
+  int shown = 0;
+  for (int64_t t = 0; t < T; ++t)
+    if (pos_d[size_t(t)] > tol * max_ref && shown++ < 12) {
+      char b[48];
+      std::snprintf(b, sizeof b, " %lld:%.2g", (long long)t, pos_d[size_t(t)] / max_ref);
+      d.over += b;
+    }
+  return d;
+}
+
+// CUDA logits vs the CPU path for one checkpoint, and vs the CPU path with the CUDA data types
+// (Bf16Cpu). `required`: a model the backend must run (refusing it fails the test), unless its
+// attention head dim is one the CUDA attention kernels do not have (a separate limitation).
+void against_cpu(const std::string& label, const std::string& path, Backend& gpu,
+                 bool required = false) {
+  std::unique_ptr<Model> m;
+  try {
+    m = model_load(path);
+    if (required && !gpu.supports_head_dim(m->config().head_dim)) {
+      std::printf(
+          "SKIP  %s: attention head_dim %lld is not supported by the CUDA attention "
+          "kernels (32, 64, 128)\n",
+          label.c_str(), (long long)m->config().head_dim);
+      return;
+    }
+    m->check_backend(gpu);
+  } catch (const Error& e) {
+    if (required) {
+      check(false, label + ": refused: " + e.what());
+      return;
+    }
+    std::printf("SKIP  %s: %s\n", label.c_str(), e.what());
+    return;
+  }
+  const int64_t V = m->config().vocab;
+  const auto ids = prompt_ids(std::min<int64_t>(70, m->config().max_context), V);
+  const int64_t T = int64_t(ids.size());
+  auto cpu = cpu::make_cpu_backend(0);
+  const auto want = Generator(*m, *cpu).logits(ids, 0);
+  const auto got = Generator(*m, gpu).logits(ids, 0);
+  Bf16Cpu emu;
+  const auto want16 = Generator(*m, emu).logits(ids, 0);
+  const bool moe = m->config().moe.n_experts > 0;
+  char buf[240];
+  // Plain CPU (f32 activations): 5e-2 and argmax at >= 90 % of positions. With routed experts
+  // the bf16 activations tip near ties of router logits to other experts at a few positions
+  // (and attention / the recurrent state carry that on: 0.28 of max|logit| on qwen3_5_moe, with
+  // no difference beyond 7.6e-3 against Bf16Cpu), so there only argmax >= 80 % is required.
+  const Diff d = compare(got, want, T, V, 5e-2);
+  std::snprintf(buf, sizeof buf, " vs cpu: max|d| %.2e of max|ref|, argmax %lld/%lld%s%s", d.rel,
+                (long long)d.agree, (long long)T, d.over.empty() ? "" : "; over 5e-2 at",
+                d.over.c_str());
+  check(moe ? d.agree * 10 >= T * 8 : d.rel <= 5e-2 && d.agree * 10 >= T * 9, label + buf);
+  // CPU with the CUDA data types (summation order and ulps only): 2e-2, argmax >= 90 %.
+  const Diff e = compare(got, want16, T, V, 2e-2);
+  std::snprintf(buf, sizeof buf,
+                " vs cpu with bf16 weights/activations: max|d| %.2e, argmax "
+                "%lld/%lld%s%s",
+                e.rel, (long long)e.agree, (long long)T, e.over.empty() ? "" : "; over 2e-2 at",
+                e.over.c_str());
+  check(e.rel <= 2e-2 && e.agree * 10 >= T * 9, label + buf);
 }
 
 // The exactness contract on the GPU for one model.
@@ -157,6 +351,67 @@ void exactness(const std::string& label, const std::string& path) {
   }
 }
 
+// A growing conversation through the engine on the GPU: with the prefix cache (hybrid models:
+// recurrent-state snapshots copied on the device) every turn's tokens and logprobs equal a
+// fresh engine's, and the previous turns are served from the cache.
+void conversation(const std::string& label, const std::string& path) {
+  auto m = model_load(path);
+  const int64_t V = m->config().vocab;
+  auto gpu = cuda::make_cuda_backend({});
+  EngineConfig cfg;
+  cfg.block_size = 64;  // the CUDA backend's block multiple
+  cfg.max_batch = 2;
+  cfg.max_context = 512;
+  struct Got {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<int32_t> tokens;
+    std::vector<float> logprobs;
+    int64_t cached = -1;
+  };
+  auto run = [&](Engine& e, const EngineRequest& r) {
+    auto g = std::make_shared<Got>();
+    e.submit(r, [g](const TokenEvent& ev) {
+      std::lock_guard<std::mutex> lk(g->mu);
+      if (ev.finished) {
+        g->cached = ev.cached_prompt_tokens;
+        g->cv.notify_all();
+      } else {
+        g->tokens.push_back(ev.token);
+        g->logprobs.push_back(ev.logprob);
+      }
+    });
+    std::unique_lock<std::mutex> lk(g->mu);
+    g->cv.wait(lk, [&] { return g->cached >= 0; });
+    return g;
+  };
+  Engine cached(*m, *gpu, cfg);
+  std::vector<int32_t> history;
+  int64_t prompt_total = 0, hit_total = 0;
+  bool exact = true, hits = true;
+  for (int turn = 0; turn < 4; ++turn) {
+    const auto user = prompt_ids(40 + 10 * turn, V);
+    const int64_t prev = turn == 0 ? 0 : int64_t(history.size()) - 1;
+    history.insert(history.end(), user.begin(), user.end());
+    EngineRequest r;
+    r.prompt = history;
+    r.max_new_tokens = 40;
+    r.ignore_eos = true;
+    r.logprobs = true;
+    auto a = run(cached, r);
+    Engine fresh(*m, *gpu, cfg);
+    auto b = run(fresh, r);
+    exact &= a->tokens == b->tokens && a->logprobs == b->logprobs;
+    hits &= a->cached == prev / cfg.block_size * cfg.block_size;
+    prompt_total += int64_t(r.prompt.size());
+    hit_total += a->cached;
+    history.insert(history.end(), a->tokens.begin(), a->tokens.end());
+  }
+  check(exact, label + ": 4-turn conversation, prefix cache on == fresh engine, bitwise");
+  check(hits, label + ": prefix-cache hits " + std::to_string(hit_total) + " of " +
+                  std::to_string(prompt_total) + " prompt tokens (every previous turn)");
+}
+
 }  // namespace
 
 int main() {
@@ -174,8 +429,33 @@ int main() {
     for (const auto& e : fs::directory_iterator(golden))
       if (fs::exists(e.path() / "config.json")) dirs.push_back(e.path().string());
     std::sort(dirs.begin(), dirs.end());
-    for (const auto& d : dirs) against_cpu(fs::path(d).filename().string(), d, *gpu);
+    // Hybrid (Gated DeltaNet) and mixture-of-experts checkpoints: required on this backend.
+    const std::vector<std::string> hybrid_moe = {"qwen3_moe", "qwen3_next", "qwen3_5",
+                                                 "qwen3_5_moe"};
+    auto required = [&](const std::string& name) {
+      return std::find(hybrid_moe.begin(), hybrid_moe.end(), name) != hybrid_moe.end();
+    };
+    for (const auto& d : dirs) {
+      const std::string name = fs::path(d).filename().string();
+      against_cpu(name, d, *gpu, required(name));
+    }
+    for (const auto& name : hybrid_moe)
+      if (!fs::exists(golden + "/" + name + "/config.json"))
+        check(false, name + ": golden checkpoint missing");
     exactness("default model", "");
+    for (const auto& name : hybrid_moe) {
+      try {
+        if (!gpu->supports_head_dim(model_load(golden + "/" + name)->config().head_dim)) {
+          std::printf("SKIP  %s: exactness (attention head_dim not supported on CUDA)\n",
+                      name.c_str());
+          continue;
+        }
+        exactness(name, golden + "/" + name);
+        conversation(name, golden + "/" + name);
+      } catch (const std::exception& e) {
+        check(false, name + ": exactness: " + e.what());
+      }
+    }
   } catch (const std::exception& e) {
     std::printf("FAIL  error: %s\n", e.what());
     ++g_failures;

@@ -74,7 +74,15 @@ __device__ __forceinline__ Partial<DPL> chunk_partial(const float* qs, const bf1
 #pragma unroll 16
   for (int jj = 0; jj < n; ++jj) {
     const float ej = __shfl_sync(0xffffffffu, jj < 32 ? e0 : e1, jj & 31);
-    if constexpr (DPL == 4) {
+    if constexpr (DPL == 8) {
+      const uint4 u = *reinterpret_cast<const uint4*>(vr + jj * stride);
+      const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        p.acc[2 * e] = __fmaf_rn(ej, bf(w[e] & 0xffffu), p.acc[2 * e]);
+        p.acc[2 * e + 1] = __fmaf_rn(ej, bf(w[e] >> 16), p.acc[2 * e + 1]);
+      }
+    } else if constexpr (DPL == 4) {
       const uint2 u = *reinterpret_cast<const uint2*>(vr + jj * stride);
       p.acc[0] = __fmaf_rn(ej, bf(u.x & 0xffffu), p.acc[0]);
       p.acc[1] = __fmaf_rn(ej, bf(u.x >> 16), p.acc[1]);
@@ -229,7 +237,7 @@ size_t attention_workspace_bytes(int64_t T, int64_t H, int64_t D, int64_t n_pos)
 }
 
 cudaError_t attention(const AttnArgs& a, cudaStream_t s, AttnKernel kernel) {
-  if (a.T < 0 || a.H <= 0 || a.Hkv <= 0 || a.H % a.Hkv || (a.D != 32 && a.D != 64 && a.D != 128) ||
+  if (a.T < 0 || a.H <= 0 || a.Hkv <= 0 || a.H % a.Hkv || (a.D != 32 && a.D != 64 && a.D != 128 && a.D != 256) ||
       a.pos0 < 0 || !a.q || !a.k || !a.v || !a.out || (a.pos && a.max_pos < 0) ||
       (a.tables &&
        (!a.row_table || a.block_size <= 0 || a.block_size % kAttnChunk || a.table_stride <= 0)))
@@ -241,8 +249,10 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t s, AttnKernel kernel) {
   // Split when too few (t, h) warps would fill the chip and the context has several chunks.
   const bool split =
       kernel == AttnKernel::Split ||
-      (kernel == AttnKernel::Auto && ws_ok && a.T * a.H < 2048 && n_chunks(max_pos_of(a)) > 1);
-  return a.D == 128  ? launch<4>(a, s, split)
+      (kernel == AttnKernel::Auto && ws_ok && a.T * a.H < kAttnSplitMaxWarps &&
+       n_chunks(max_pos_of(a)) > 1);
+  return a.D == 256   ? launch<8>(a, s, split)
+         : a.D == 128 ? launch<4>(a, s, split)
          : a.D == 64 ? launch<2>(a, s, split)
                      : launch<1>(a, s, split);
 }

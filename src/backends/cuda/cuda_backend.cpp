@@ -107,7 +107,9 @@ class CudaBackend final : public Backend {
   bool supports_weight(DType t) const override {
     return t == DType::BF16 || t == DType::F16 || t == DType::F32;
   }
-  bool supports_head_dim(int64_t D) const override { return D == 32 || D == 64 || D == 128; }
+  bool supports_head_dim(int64_t D) const override {
+    return D == 32 || D == 64 || D == 128 || D == 256;
+  }
 
   // --- memory ------------------------------------------------------------------------------
   void* alloc(size_t bytes) override {
@@ -146,6 +148,11 @@ class CudaBackend final : public Backend {
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "download");
     check(cudaStreamSynchronize(stream_), "download");
     if (opt_.profile) collect_profile();
+  }
+  // Device to device on the stream, queued like an op (recurrent-state snapshots).
+  void copy(void* dst, const void* src, size_t bytes) override {
+    op("copy", 0, 0,
+       [&] { return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_); });
   }
   bool host_memory() const override { return false; }
   DType act_dtype() const override { return DType::BF16; }
@@ -204,7 +211,9 @@ class CudaBackend final : public Backend {
     stride_ = int64_t(pow2_at_least(uint64_t(max_blocks)));
     // Bucketed so a recorded pass serves every context up to the bucket.
     max_pos_ = int64_t(pow2_at_least(uint64_t(max_pos / kAttnChunk + 1))) * kAttnChunk - 1;
-    const size_t n = size_t(4 * r.T) + seqs.size() * size_t(stride_);
+    // [ids | positions | cache slots | row → table | tables (seqs × stride) | state slots]
+    const size_t n_tables = seqs.size() * size_t(stride_);
+    const size_t n = size_t(5 * r.T) + n_tables;
     if (n > meta_cap_) {
       if (pinned_) check(cudaFreeHost(pinned_), "cudaFreeHost");
       if (meta_) dealloc(meta_);
@@ -227,12 +236,16 @@ class CudaBackend final : public Backend {
       int32_t* row = tb + int64_t(row_table_h_[size_t(t)]) * stride_;
       std::copy_n(r.tables[t], r.table_sizes[t], row);
     }
+    int32_t* st = tb + n_tables;  // recurrent-state slots (hybrid models), else -1
+    for (int64_t t = 0; t < r.T; ++t) st[t] = r.slots ? r.slots[t] : -1;
+    has_state_slots_ = r.slots != nullptr;
     check(cudaMemcpyAsync(meta_, pinned_, n * 4, cudaMemcpyHostToDevice, stream_), "pass rows");
     d_ids_ = meta_;
     d_pos_ = meta_ + r.T;
     d_slots_ = meta_ + 2 * r.T;
     d_row_table_ = meta_ + 3 * r.T;
     d_tables_ = meta_ + 4 * r.T;
+    d_state_slots_ = d_tables_ + n_tables;
   }
 
   void run(uint64_t key, const std::function<void()>& program) override {
@@ -364,15 +377,19 @@ class CudaBackend final : public Backend {
     c.table_stride = stride_;
     c.block_size = a.block_size;
     c.max_pos = max_pos_;
-    const size_t ws = attention_workspace_bytes(a.T, a.H, a.D, max_pos_ + 1);
+    // The split kernel's workspace grows with T × context: only passes that may take it
+    // (cuda::attention's Auto choice) get one; the others run the fused kernel (same bits).
+    const size_t ws = a.T * a.H < cuda::kAttnSplitMaxWarps
+                          ? attention_workspace_bytes(a.T, a.H, a.D, max_pos_ + 1)
+                          : 0;
     if (ws > ws_bytes_) {
       if (capturing()) fail("[cuda] attention workspace must grow during a recording");
       if (ws_) dealloc(ws_);
       ws_bytes_ = std::max(ws, ws_bytes_ * 2);
       ws_ = static_cast<float*>(alloc(ws_bytes_));
     }
-    c.workspace = ws_;
-    c.workspace_bytes = ws_bytes_;
+    c.workspace = ws ? ws_ : nullptr;
+    c.workspace_bytes = ws ? ws_bytes_ : 0;
     op("attention", 0, 0, [&] { return cuda::attention(c, stream_); });
   }
   void swiglu(const float* gate, const float* up, void* out, int64_t n) override {
@@ -384,6 +401,62 @@ class CudaBackend final : public Backend {
   }
   void add(float* y, const float* x, int64_t n) override {
     op("add", 0, 0, [&] { return add_f32(y, x, n, stream_); });
+  }
+
+  // --- hybrid and MoE models (hybrid.cu, moe_matmul in matmul.cu) --------------------------
+  bool supports_hybrid() const override { return true; }
+  bool supports_moe() const override { return true; }
+  void sigmoid_mul(void* y, const float* gate, int64_t n) override {
+    op("sigmoid_mul", 0, 0,
+       [&] { return cuda::sigmoid_mul(static_cast<bf16_bits*>(y), gate, n, stream_); });
+  }
+  void gated_add(float* y, const float* s, const float* g, int64_t T, int64_t n) override {
+    op("gated_add", 0, 0, [&] { return cuda::gated_add(y, s, g, T, n, stream_); });
+  }
+  void gated_rmsnorm(const float* x, const float* z, const float* w, void* y, int64_t rows,
+                     int64_t n, float eps) override {
+    op("gated_rmsnorm", 0, 0, [&] {
+      return cuda::gated_rmsnorm(x, z, w, static_cast<bf16_bits*>(y), rows, n, eps, stream_);
+    });
+  }
+  // The pass's rows: slots and positions from begin_pass's device copy (a recorded graph
+  // reads them at replay); the conv output [T, C] and the gates [T, Hv, 2] in a backend scratch.
+  void gdn(const GdnArgs& g) override {
+    if (!has_state_slots_) fail("[cuda] gdn: the pass has no state slots");
+    if (g.T != T_) fail("[cuda] gdn: {} rows in a pass of {}", g.T, T_);
+    if (g.Hk <= 0 || g.Dk > kGdnMaxDk || g.K > kGdnMaxK || g.Hv % g.Hk)
+      fail(
+          "[cuda] gdn: key head dim {} (at most {}), conv kernel {} (at most {}), {} value "
+          "heads over {} key heads: not supported",
+          g.Dk, kGdnMaxDk, g.K, kGdnMaxK, g.Hv, g.Hk);
+    const size_t need = gdn_scratch_floats(g.T, g.Hk, g.Hv, g.Dk, g.Dv) * 4;
+    grow(gdn_ws_, gdn_ws_bytes_, need, "gdn");
+    GdnKernelArgs a;
+    a.qkv = g.qkv, a.b = g.b, a.a = g.a, a.conv_w = g.conv_w, a.A_log = g.A_log;
+    a.dt_bias = g.dt_bias, a.conv_state = g.conv_state, a.rec_state = g.rec_state;
+    a.out = g.out, a.slots = d_state_slots_, a.pos = d_pos_;
+    a.u = static_cast<float*>(gdn_ws_);
+    a.T = g.T, a.Hk = g.Hk, a.Hv = g.Hv, a.Dk = g.Dk, a.Dv = g.Dv, a.K = g.K;
+    op("gdn", 0, 0, [&] { return cuda::gdn(a, stream_); });
+  }
+  void moe(const MoeArgs& m) override {
+    if (m.n_experts > kMoeMaxExperts || m.top_k > kMoeMaxTopK || m.top_k > m.n_experts || m.E % 8 ||
+        m.F % 8)
+      fail(
+          "[cuda] moe: {} experts (at most {}), top {} (at most {}), sizes {}, {} (multiples "
+          "of 8): not supported",
+          m.n_experts, kMoeMaxExperts, m.top_k, kMoeMaxTopK, m.E, m.F);
+    MoeKernelArgs a;
+    a.x = static_cast<const bf16_bits*>(m.x);
+    a.router = m.router, a.out = m.out;
+    a.T = m.T, a.E = m.E, a.F = m.F, a.n_experts = m.n_experts, a.top_k = m.top_k;
+    a.norm_topk = m.norm_topk;
+    const ExpertTable& tab = expert_table(m);
+    a.gate = tab.dev(), a.up = tab.dev() + m.n_experts, a.down = tab.dev() + 2 * m.n_experts;
+    const size_t need = moe_workspace_bytes(m.T, m.E, m.F, m.n_experts, m.top_k);
+    grow(moe_ws_, moe_ws_bytes_, need, "moe");
+    a.workspace = moe_ws_, a.workspace_bytes = moe_ws_bytes_;
+    op("moe", 0, 0, [&] { return cuda::moe(a, stream_); });
   }
 
  private:
@@ -460,6 +533,51 @@ class CudaBackend final : public Backend {
       if (g.exec) cudaGraphExecDestroy(g.exec);
     graphs_.clear();
   }
+  // An op's workspace, grown (doubling) outside recordings only: a reallocation frees the old
+  // buffer, which drops every recording and changes the memory generation of later keys.
+  void grow(void*& buf, size_t& bytes, size_t need, const char* what) {
+    if (need <= bytes) return;
+    if (capturing()) fail("[cuda] {} workspace must grow during a recording", what);
+    if (buf) dealloc(buf);
+    bytes = std::max(need, bytes * 2);
+    buf = alloc(bytes);
+  }
+  // The experts of one MoE layer as a device table [gate | up | down] × n_experts of device
+  // pointers, built the first time the layer's host array is seen and re-checked (pointer by
+  // pointer) on every call, so a reused host address never serves stale pointers. Uploads
+  // happen outside recordings only (the first sight of every pass key runs eagerly).
+  struct ExpertTable {
+    std::vector<const void*> host;  // 3 · n_experts
+    void* mem = nullptr;            // the same on the device
+    const bf16_bits* const* dev() const { return static_cast<const bf16_bits* const*>(mem); }
+  };
+  const ExpertTable& expert_table(const MoeArgs& m) {
+    const int64_t n = m.n_experts;
+    table_scratch_.resize(size_t(3 * n));
+    for (int64_t e = 0; e < n; ++e) {
+      table_scratch_[size_t(e)] = m.gate[e].data;
+      table_scratch_[size_t(n + e)] = m.up[e].data;
+      table_scratch_[size_t(2 * n + e)] = m.down[e].data;
+    }
+    ExpertTable& t = expert_tables_[m.gate];
+    if (t.mem && t.host == table_scratch_) return t;
+    if (capturing()) fail("[cuda] moe: an expert table would be built during a recording");
+    for (int64_t e = 0; e < n; ++e) {
+      auto bad = [&](const WeightRef& w, int64_t rows, int64_t cols) {
+        return w.dtype != DType::BF16 || w.rows != rows || w.cols != cols || !w.data;
+      };
+      if (bad(m.gate[e], m.F, m.E) || bad(m.up[e], m.F, m.E) || bad(m.down[e], m.E, m.F))
+        fail("[cuda] moe: expert {} is not a prepared bf16 [{}, {}] / [{}, {}] set", e, m.F, m.E,
+             m.E, m.F);
+    }
+    if (!t.mem || t.host.size() != table_scratch_.size()) {
+      if (t.mem) dealloc(t.mem);
+      t.mem = alloc(table_scratch_.size() * sizeof(void*));
+    }
+    upload(t.mem, table_scratch_.data(), table_scratch_.size() * sizeof(void*));
+    t.host = table_scratch_;
+    return t;
+  }
 
   CudaOptions opt_;
   std::string name_;
@@ -475,11 +593,16 @@ class CudaBackend final : public Backend {
   int32_t* meta_ = nullptr;
   size_t meta_cap_ = 0;
   const int32_t *d_ids_ = nullptr, *d_pos_ = nullptr, *d_slots_ = nullptr, *d_row_table_ = nullptr,
-                *d_tables_ = nullptr;
+                *d_tables_ = nullptr, *d_state_slots_ = nullptr;
+  bool has_state_slots_ = false;
   float* ws_ = nullptr;
   size_t ws_bytes_ = 0;
   void* mm_ws_ = nullptr;
   size_t mm_ws_bytes_ = 0;
+  void *gdn_ws_ = nullptr, *moe_ws_ = nullptr;
+  size_t gdn_ws_bytes_ = 0, moe_ws_bytes_ = 0;
+  std::unordered_map<const WeightRef*, ExpertTable> expert_tables_;
+  std::vector<const void*> table_scratch_;
   std::unordered_map<uint64_t, Graph> graphs_;
 };
 

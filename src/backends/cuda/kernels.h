@@ -123,7 +123,103 @@ struct AttnArgs {
   float* workspace = nullptr;  // Split only: attention_workspace_bytes(T, H, D, pos0 + T)
   size_t workspace_bytes = 0;
 };
+// Auto splits over the KV chunks only when fewer (row, head) warps than this would fill the chip.
+constexpr int64_t kAttnSplitMaxWarps = 2048;
 size_t attention_workspace_bytes(int64_t T, int64_t H, int64_t D, int64_t n_pos);
 cudaError_t attention(const AttnArgs& a, cudaStream_t s, AttnKernel kernel = AttnKernel::Auto);
+
+// --- hybrid models (Gated DeltaNet) and mixture-of-experts --------------------------------
+// (hybrid.cu; basalt::ref's ops of the same names are the definitions.)
+
+// y[i] = bf16(y[i] · sigmoid(gate[i]))   (y bf16 in place, gate f32 [n]).
+cudaError_t sigmoid_mul(bf16_bits* y, const float* gate, int64_t n, cudaStream_t s);
+// y[t, i] += sigmoid(g[t]) · x[t, i]   (y, x f32 [T, n], g f32 [T]).
+cudaError_t gated_add(float* y, const float* x, const float* g, int64_t T, int64_t n,
+                      cudaStream_t s);
+// y[r, :] = bf16(rmsnorm(x[r, :]) · w · silu(z[r, :]))   (x, z f32 [rows, n], w f32 [n], y bf16).
+// One warp per row: each lane's strided squares in order, then a butterfly (fixed by n).
+cudaError_t gated_rmsnorm(const float* x, const float* z, const float* w, bf16_bits* y,
+                          int64_t rows, int64_t n, float eps, cudaStream_t s);
+
+// Gated DeltaNet of one layer (ops/backend.h GdnArgs; ref::gdn). Rows of one sequence are
+// consecutive; a sequence's run of rows is found on the device (slots[t] != slots[t-1]), so
+// nothing about the pass's layout is baked into a recorded graph but T. Three kernels:
+//   conv:      one thread per (run, channel) walks the run's rows in order (window in
+//              registers), u[t, c] = silu(Σ_j w[c, j] · in[t-K+1+j]) in j order; K <= 8;
+//   prepare:   one warp per (row, q or k head): q, k in u l2-normalised in place (q also / √Dk);
+//              one lane per (row, value head): the gates β = sigmoid(b), decay = exp(g);
+//   recurrent: one warp per (run, value head, 8 value columns), 4 lanes per column, each lane
+//              holding a quarter of S[:, j] (Dk <= 128) in registers, walking the run's rows in
+//              position order; the sums over i (Sᵀk, Sᵀq) are each lane's terms in increasing i,
+//              then a fixed butterfly over the 4 lanes. Explicit __f*_rn everywhere (no
+//              contraction). The same arithmetic for every T: bits do not depend on the chunking
+//              of a prompt, on decode vs prefill, or on the other sequences of the pass.
+struct GdnKernelArgs {
+  const float* qkv = nullptr;      // [T, C] conv input, C = 2·Hk·Dk + Hv·Dv
+  const float* b = nullptr;        // [T, Hv]
+  const float* a = nullptr;        // [T, Hv]
+  const float* conv_w = nullptr;   // [C, K]
+  const float* A_log = nullptr;    // [Hv]
+  const float* dt_bias = nullptr;  // [Hv]
+  float* conv_state = nullptr;     // [slots, C, K-1]
+  float* rec_state = nullptr;      // [slots, Hv, Dk, Dv]
+  float* out = nullptr;            // [T, Hv, Dv]
+  const int32_t* slots = nullptr;  // [T] device: each row's state slot
+  const int32_t* pos = nullptr;    // [T] device: each row's position (0 resets the state)
+  float* u = nullptr;              // scratch: gdn_scratch_floats (u [T, C], gates [T, Hv, 2])
+  int64_t T = 0, Hk = 0, Hv = 0, Dk = 0, Dv = 0, K = 0;
+};
+constexpr int64_t kGdnMaxDk = 128, kGdnMaxK = 8;
+size_t gdn_scratch_floats(int64_t T, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv);
+cudaError_t gdn(const GdnKernelArgs& a, cudaStream_t s);
+
+// Mixture-of-experts feed-forward (ref::moe), with no host round trip:
+//   route:   one warp per row: softmax (exact max, expf, the sum sequential in expert order as
+//            in ref::moe_route), top-k by repeated warp argmax (larger p, lower index on ties),
+//            renormalised by the sequential sum of the chosen p when norm_topk;
+//   plan:    one warp: the (row, rank) pairs grouped by expert (stable), cut into tiles of up to
+//            16 pairs of one expert (moe_max_tiles bounds their number by T alone);
+//   experts: moe_matmul (matmul.cu) gate and up for each tile, swiglu to bf16, moe_matmul down:
+//            every product is exactly matmul_bf16's chain for that expert's weight (the same
+//            bits as a T=1 matmul of the row), so a row never depends on the rows sharing its
+//            tile;
+//   combine: out[t] = Σ_k p_k · y_k in rank order (f32 mul, then add).
+// Passes of more than kMoeChunkRows rows run in chunks of that many rows (the workspace is
+// bounded; rows are independent, so the bits are the same).
+constexpr int64_t kMoeChunkRows = 1024, kMoeMaxExperts = 8192, kMoeMaxTopK = 64;
+struct MoeKernelArgs {
+  const bf16_bits* x = nullptr;   // [T, E]
+  const float* router = nullptr;  // [T, n_experts] logits
+  float* out = nullptr;           // [T, E]
+  int64_t T = 0, E = 0, F = 0, n_experts = 0, top_k = 0;
+  bool norm_topk = false;
+  // Device arrays [n_experts] of device pointers to each expert's bf16 matrix: gate, up [F, E],
+  // down [E, F].
+  const bf16_bits* const* gate = nullptr;
+  const bf16_bits* const* up = nullptr;
+  const bf16_bits* const* down = nullptr;
+  void* workspace = nullptr;  // moe_workspace_bytes(T, E, F, n_experts, top_k)
+  size_t workspace_bytes = 0;
+  MatmulKernel kernel = MatmulKernel::Auto;  // moe_matmul's tiling (tests, benchmarks)
+};
+size_t moe_workspace_bytes(int64_t T, int64_t E, int64_t F, int64_t n_experts, int64_t top_k);
+cudaError_t moe(const MoeKernelArgs& a, cudaStream_t s);
+// The steps of moe, for tests. ids/weights [T, top_k].
+cudaError_t moe_route(const float* logits, int64_t T, int64_t n_experts, int64_t top_k, bool norm,
+                      int32_t* ids, float* weights, cudaStream_t s);
+int64_t moe_max_tiles(int64_t pairs, int64_t n_experts);
+// order [pairs]: pair indices grouped by expert, increasing within one; tiles [3, max_tiles]:
+// (expert, first index into order, pairs 1..16) per tile, pairs = 0 for unused tiles.
+cudaError_t moe_plan(const int32_t* ids, int64_t pairs, int64_t n_experts, int32_t* order,
+                     int32_t* tiles, int64_t max_tiles, cudaStream_t s);
+// For each tile and each m < (w1 ? 2 : 1): y_m[p, :] = x[p / row_div, :] · W_m[e]ᵀ for the
+// tile's pairs p (expert e), W_m[e] = w0[e] / w1[e] (bf16 [N, K] each); x bf16 rows of K, y_m f32
+// [pairs, N]. K % 8 == 0, 16-byte aligned rows. kernel: Rows16x32 (k-stage 128, 4 stages; also
+// Auto) or Rows16x32Deep (256, 6 stages: slower on the H200 at every T measured, kept as a
+// second tiling the tests compare bitwise). Same bits either way.
+cudaError_t moe_matmul(const bf16_bits* x, int64_t row_div, const bf16_bits* const* w0,
+                       const bf16_bits* const* w1, int64_t N, int64_t K, float* y0, float* y1,
+                       const int32_t* order, const int32_t* tiles, int64_t max_tiles,
+                       cudaStream_t s, MatmulKernel kernel = MatmulKernel::Auto);
 
 }  // namespace basalt::cuda

@@ -302,6 +302,131 @@ cudaError_t launch(const bf16_bits* x, int T, const bf16_bits* w, int N, int K, 
   return cudaGetLastError();
 }
 
+// The grouped matmul of the MoE experts (kernels.h moe_matmul): the Rows16x32 tiling (16 rows ×
+// 32 columns, 4 warps, segments folded in registers; k-stage BK with STAGES stages: 128 × 4 as
+// Rows16x32, 256 × 6 as Rows16x32Deep) with each block's 16 rows gathered from a tile of
+// (row, rank) pairs of one expert and the weight taken from that expert's pointer. Per output
+// element the chain is exactly matmul_bf16's (same mma, same fragment layout, same k order, same
+// segments and fold), so a pair's row has the bits of a T=1 matmul of that row with the
+// expert's matrix.
+constexpr int kMoeBM = 16, kMoeBN = 32, kMoeThreads = 128;
+template <int BK, int STAGES>
+struct MoeCfg {
+  static constexpr int kLds = BK + 8;
+  static constexpr size_t kSmem = size_t(STAGES) * (kMoeBM + kMoeBN) * kLds * 2;
+};
+
+template <int kMoeBK, int kMoeStages>
+__global__ void __launch_bounds__(kMoeThreads)
+    moe_matmul_kernel(const __nv_bfloat16* __restrict__ x, int row_div,
+                      const __nv_bfloat16* const* __restrict__ w0,
+                      const __nv_bfloat16* const* __restrict__ w1, float* __restrict__ y0,
+                      float* __restrict__ y1, const int32_t* __restrict__ order,
+                      const int32_t* __restrict__ tiles, int max_tiles, int N, int K,
+                      int kSegTiles) {
+  constexpr int kMoeLds = MoeCfg<kMoeBK, kMoeStages>::kLds;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto* sa = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [STAGES][BM][kLds]
+  auto* sb = sa + kMoeStages * kMoeBM * kMoeLds;          // [STAGES][BN][kLds]
+  __shared__ int pair_of_row[kMoeBM];
+
+  const int tile = blockIdx.x;
+  const int rows = tiles[2 * max_tiles + tile];
+  if (rows <= 0) return;  // an unused tile (the grid is sized by T alone)
+  const int expert = tiles[tile], first = tiles[max_tiles + tile];
+  const __nv_bfloat16* __restrict__ w = (blockIdx.z == 0 ? w0 : w1)[expert];
+  float* __restrict__ y = blockIdx.z == 0 ? y0 : y1;
+  if (threadIdx.x < kMoeBM)
+    pair_of_row[threadIdx.x] = int(threadIdx.x) < rows ? order[first + threadIdx.x] : -1;
+  __syncthreads();
+
+  const int n0 = blockIdx.y * kMoeBN;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int wn = warp * 8;  // each warp: the 16 rows × 8 columns at wn
+  const int KT = (K + kMoeBK - 1) / kMoeBK;
+
+  auto load_stage = [&](int stage, int kt) {
+    const int k0 = kt * kMoeBK;
+    constexpr int kChunksRow = kMoeBK / 8;
+    __nv_bfloat16* da = sa + stage * kMoeBM * kMoeLds;
+    for (int c = threadIdx.x; c < kMoeBM * kChunksRow; c += kMoeThreads) {
+      const int r = c / kChunksRow, kc = (c % kChunksRow) * 8;
+      const int p = pair_of_row[r];
+      const bool ok = p >= 0 && k0 + kc < K;
+      cp_async16(da + r * kMoeLds + kc, ok ? x + size_t(p / row_div) * K + k0 + kc : x,
+                 ok ? 16 : 0);
+    }
+    __nv_bfloat16* db = sb + stage * kMoeBN * kMoeLds;
+    for (int c = threadIdx.x; c < kMoeBN * kChunksRow; c += kMoeThreads) {
+      const int r = c / kChunksRow, kc = (c % kChunksRow) * 8;
+      const bool ok = (n0 + r < N) && (k0 + kc < K);
+      cp_async16(db + r * kMoeLds + kc, ok ? w + size_t(n0 + r) * K + k0 + kc : w, ok ? 16 : 0);
+    }
+  };
+
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int st = 0; st < kMoeStages - 1; ++st) {
+    if (st < KT) load_stage(st, st);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < KT; ++kt) {
+    cp_async_wait<kMoeStages - 2>();
+    __syncthreads();
+    if (kt + kMoeStages - 1 < KT)
+      load_stage((kt + kMoeStages - 1) % kMoeStages, kt + kMoeStages - 1);
+    cp_async_commit();
+    const __nv_bfloat16* ta = sa + (kt % kMoeStages) * kMoeBM * kMoeLds;
+    const __nv_bfloat16* tb = sb + (kt % kMoeStages) * kMoeBN * kMoeLds;
+#pragma unroll
+    for (int kk = 0; kk < kMoeBK; kk += 16) {
+      uint32_t af[4], bfr[2];
+      ldmatrix_x4(af, ta + (lane & 15) * kMoeLds + kk + (lane >> 4) * 8);
+      ldmatrix_x2(bfr, tb + (wn + (lane & 7)) * kMoeLds + kk + ((lane >> 3) & 1) * 8);
+      mma_bf16(acc, af, bfr[0], bfr[1]);
+    }
+    if ((kt + 1) % kSegTiles == 0 || kt + 1 == KT) {  // end of a segment: fold, restart
+      const bool seg0 = kt < kSegTiles;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        tot[e] = seg0 ? acc[e] : __fadd_rn(tot[e], acc[e]);
+        acc[e] = 0.0f;
+      }
+    }
+  }
+  cp_async_wait<0>();
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int r = (lane >> 2) + (e >> 1) * 8, c = n0 + wn + (lane & 3) * 2 + (e & 1);
+    if (r < rows && c < N) y[size_t(pair_of_row[r]) * N + c] = tot[e];
+  }
+}
+
+template <int BK, int STAGES>
+cudaError_t launch_moe(const bf16_bits* x, int64_t row_div, const bf16_bits* const* w0,
+                       const bf16_bits* const* w1, int64_t N, int64_t K, float* y0, float* y1,
+                       const int32_t* order, const int32_t* tiles, int64_t max_tiles,
+                       cudaStream_t s) {
+  auto* kern = moe_matmul_kernel<BK, STAGES>;
+  constexpr size_t smem = MoeCfg<BK, STAGES>::kSmem;
+  static bool attr_set = false;  // per instantiation; idempotent, so a race is harmless
+  if (!attr_set) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return e;
+    attr_set = true;
+  }
+  // matmul_bf16's segments for this weight shape, in k-stages of BK (kseg is a multiple of 256).
+  const int64_t kseg = matmul_kseg(N, K);
+  const int seg_tiles = kseg >= K ? int((K + BK - 1) / BK) : int(kseg / BK);
+  const dim3 grid(unsigned(max_tiles), unsigned((N + kMoeBN - 1) / kMoeBN), w1 ? 2u : 1u);
+  kern<<<grid, kMoeThreads, smem, s>>>(reinterpret_cast<const __nv_bfloat16*>(x), int(row_div),
+                                       reinterpret_cast<const __nv_bfloat16* const*>(w0),
+                                       reinterpret_cast<const __nv_bfloat16* const*>(w1), y0, y1,
+                                       order, tiles, int(max_tiles), int(N), int(K), seg_tiles);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 cudaError_t matmul_bf16(const bf16_bits* x, int64_t T, const bf16_bits* w, int64_t N, int64_t K,
@@ -335,6 +460,22 @@ cudaError_t matmul_bf16(const bf16_bits* x, int64_t T, const bf16_bits* w, int64
       return launch<16, 32, 128, 1, 4, 4>(x, int(T), w, int(N), int(K), y, s, workspace,
                                           workspace_bytes);
   }
+}
+
+cudaError_t moe_matmul(const bf16_bits* x, int64_t row_div, const bf16_bits* const* w0,
+                       const bf16_bits* const* w1, int64_t N, int64_t K, float* y0, float* y1,
+                       const int32_t* order, const int32_t* tiles, int64_t max_tiles,
+                       cudaStream_t s, MatmulKernel kernel) {
+  if (row_div <= 0 || N <= 0 || K <= 0 || K % 8 || N > 0x7fffffff || K > 0x7fffffff ||
+      max_tiles < 0 || max_tiles > 0x7fffffff || (N + kMoeBN - 1) / kMoeBN > 65535 || !w0 || !y0 ||
+      (w1 && !y1) || reinterpret_cast<uintptr_t>(x) % 16)
+    return cudaErrorInvalidValue;
+  if (max_tiles == 0) return cudaSuccess;
+  // Both tilings are the same chain, so the choice never changes a bit (Deep measured slower on
+  // the H200 for T = 1 .. 2048: it is not the default).
+  if (kernel == MatmulKernel::Rows16x32Deep)
+    return launch_moe<256, 6>(x, row_div, w0, w1, N, K, y0, y1, order, tiles, max_tiles, s);
+  return launch_moe<128, 4>(x, row_div, w0, w1, N, K, y0, y1, order, tiles, max_tiles, s);
 }
 
 }  // namespace basalt::cuda
