@@ -137,7 +137,9 @@ int run_bench(const BenchArgs& a) {
 #ifdef BASALT_HAVE_CUDA
     copy_bw = cuda::measure_copy_bandwidth();
     const int64_t M = *std::max_element(a.prompts.begin(), a.prompts.end());
-    mm_rate = cuda::measure_cublas_gemm(std::max<int64_t>(M, 256), c.intermediate, c.hidden);
+    // (MoE models without a dense MLP: a GEMM three times as wide as the model)
+    const int64_t N = c.intermediate > 0 ? c.intermediate : 3 * c.hidden;
+    mm_rate = cuda::measure_cublas_gemm(std::max<int64_t>(M, 256), N, c.hidden);
     mm_what = "cuBLAS bf16 GEMM";
     if (mm_rate == 0) fail("[bench] libcublas could not be loaded for the GEMM roofline");
 #endif

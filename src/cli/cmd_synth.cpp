@@ -13,6 +13,7 @@ struct SynthArgs {
   std::string preset, dtype = "bf16", out, format = "safetensors";
   uint64_t seed = 0;
   int threads = 0;
+  int64_t layers = 0;
   bool list = false;
 };
 
@@ -31,7 +32,17 @@ int run_synth(const SynthArgs& a) {
     fail("[synth] --dtype must be {}, got '{}'",
          gguf ? "bf16, f16, f32, q8_0 or q4_k" : "bf16, f16 or f32 (q8_0, q4_k: --format gguf)",
          a.dtype);
-  const SynthPreset& preset = synth_preset(a.preset);
+  SynthPreset preset = synth_preset(a.preset);
+  if (a.layers != 0) {  // the first N layers of the real shape (benchmarks on a smaller disk)
+    nlohmann::ordered_json& c = preset.config;
+    const int64_t L = c["num_hidden_layers"];
+    if (a.layers < 1 || a.layers > L)
+      fail("[synth] --layers must be between 1 and {} for {}, got {}", L, a.preset, a.layers);
+    c["num_hidden_layers"] = a.layers;
+    if (c.contains("layer_types")) c["layer_types"].erase(c["layer_types"].begin() + a.layers,
+                                                          c["layer_types"].end());
+    preset.name += "-" + std::to_string(a.layers) + "l";
+  }
   if (gguf)
     synth_write_gguf(preset, dt, a.out, a.seed, a.threads);
   else
@@ -54,6 +65,9 @@ Runner add_synth(CLI::App& app) {
   sc->add_option("--out", a->out, "Output directory (safetensors) or file (gguf)");
   sc->add_option("--seed", a->seed, "Seed (the same seed writes the same bytes)");
   sc->add_option("--threads", a->threads, "Encoding threads for gguf (default: all cores)");
+  sc->add_option("--layers", a->layers,
+                 "Keep only the first N layers (same shapes per layer; for benchmarks whose "
+                 "disk cannot hold the whole model)");
   sc->add_flag("--list", a->list, "List the presets");
   return [a] { return run_synth(*a); };
 }

@@ -100,6 +100,25 @@ TEST(Cli, InfoDescribesModel) {
   EXPECT_NE(r.out.find("context length:"), std::string::npos);
 }
 
+// synth --layers keeps the first N layers of a preset (hybrids keep their layer pattern).
+TEST(Cli, SynthLayersKeepsTheFirstLayers) {
+  test::TempDir tmp;
+  const std::string d = tmp.str() + "/m";
+  Result r = run("synth --preset tiny-qwen3.5-moe --layers 3 --out " + quote(d));
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream f(d + "/config.json");
+  const auto c = nlohmann::json::parse(f);
+  EXPECT_EQ(c["num_hidden_layers"], 3);
+  EXPECT_EQ(c["layer_types"], nlohmann::json({"linear_attention", "linear_attention",
+                                               "linear_attention"}));
+  r = run("info -m " + quote(d));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("Qwen3_5MoeForCausalLM"), std::string::npos) << r.out;
+  r = run("synth --preset tiny-qwen3.5-moe --layers 5 --out " + quote(d));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("--layers must be between 1 and 4"), std::string::npos) << r.err;
+}
+
 // Each bad input: exit code 1 (not a signal), one "error: [component] ..." line naming the
 // file and the problem.
 void expect_clean_error(const Result& r, const std::string& needle) {
