@@ -180,6 +180,68 @@ void bench_hybrid() {
 
 }  // namespace
 
+// T = 1 (and T = 2048 for the prefill side of a segment choice) over the projection shapes of
+// the hybrid and MoE presets, for every Rows tiling with and without split-K, and for several
+// segment lengths (set_matmul_kseg_override: a segment choice changes the bits of a shape in
+// decode and prefill alike, so it is a per-shape decision).
+void bench_decode_shapes() {
+  struct Shape {
+    int64_t N, K;
+  };
+  std::printf("%-6s %6s %6s %5s %-10s %10s %7s\n", "T", "N", "K", "kseg", "kernel", "median_us",
+              "GB/s");
+  for (Shape sh : {Shape{17408, 5120}, Shape{5120, 17408}, Shape{6144, 5120}, Shape{12288, 5120},
+                   Shape{10240, 5120}, Shape{5120, 6144}, Shape{1024, 5120}, Shape{48, 5120},
+                   Shape{4096, 2048}, Shape{512, 2048}, Shape{2048, 4096}, Shape{256, 2048},
+                   Shape{32, 2048}, Shape{8192, 2048}, Shape{14336, 4096}}) {
+    const size_t wbytes = size_t(sh.N) * sh.K * 2;
+    const int copies = int(std::max<size_t>(2, (size_t(512) << 20) / wbytes + 1));
+    uint16_t* w;
+    CK(cudaMalloc(&w, wbytes * copies));
+    fill_bf16(w, wbytes / 2 * copies);
+    for (int64_t T : {1, 2048}) {
+      uint16_t* x;
+      float* y;
+      CK(cudaMalloc(&x, size_t(T) * sh.K * 2));
+      CK(cudaMalloc(&y, size_t(T) * sh.N * 4));
+      fill_bf16(x, size_t(T) * sh.K);
+      for (int64_t kseg : {0, 256, 512, 1024, 2048, 4096}) {
+        if (kseg >= sh.K) continue;
+        bc::set_matmul_kseg_override(kseg);
+        const size_t ws_bytes = bc::matmul_workspace_bytes(T, sh.N, sh.K);
+        void* ws = nullptr;
+        CK(cudaMalloc(&ws, ws_bytes));
+        CK(cudaMemset(ws, 0, ws_bytes));
+        for (auto kern : {bc::MatmulKernel::Rows16x32, bc::MatmulKernel::Rows16x16,
+                          bc::MatmulKernel::Rows16x32Deep, bc::MatmulKernel::Tile128})
+          for (bool split : {false, true}) {
+            if ((T == 1) == (kern == bc::MatmulKernel::Tile128)) continue;
+            if (split && T > 1) continue;
+            const double ms = time_ms(
+                [&](int i) {
+                  CK(bc::matmul_bf16(x, T, w + (wbytes / 2) * (i % copies), sh.N, sh.K, y,
+                                     nullptr, kern, split ? ws : nullptr, split ? ws_bytes : 0));
+                },
+                3, T == 1 ? 100 : 10);
+            const char* kn =
+                kern == bc::MatmulKernel::Rows16x32       ? (split ? "R16x32+sK" : "Rows16x32")
+                : kern == bc::MatmulKernel::Rows16x16     ? (split ? "R16x16+sK" : "Rows16x16")
+                : kern == bc::MatmulKernel::Rows16x32Deep ? (split ? "R16x32D+sK" : "R16x32Deep")
+                                                          : "Tile128";
+            std::printf("%-6lld %6lld %6lld %5lld %-10s %10.2f %7.0f\n", (long long)T,
+                        (long long)sh.N, (long long)sh.K, (long long)kseg, kn, ms * 1e3,
+                        double(wbytes) / (ms * 1e-3) / 1e9);
+          }
+        CK(cudaFree(ws));
+      }
+      bc::set_matmul_kseg_override(0);
+      CK(cudaFree(x));
+      CK(cudaFree(y));
+    }
+    CK(cudaFree(w));
+  }
+}
+
 int main(int argc, char** argv) {
   const auto devs = bc::cuda_devices();
   if (devs.empty()) {
@@ -187,6 +249,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::printf("device: %s, %d SMs\n", devs[0].name.c_str(), devs[0].sm_count);
+  if (argc > 1 && std::string(argv[1]) == "decode") {
+    bench_decode_shapes();
+    return 0;
+  }
   if (argc > 1 && std::string(argv[1]) == "hybrid") {
     bench_hybrid();
     return 0;

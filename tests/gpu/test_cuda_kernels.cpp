@@ -1077,8 +1077,10 @@ int main() {
   test_matmul(1001, 136, 128);
   test_matmul(512, 4096, 33);
   test_matmul(4096, 4096, 7);
-  test_matmul(300, 2600, 16);  // 3 K segments of 1024, the last one partial
-  test_matmul(256, 9000, 8);   // 3 K segments of 4096, the last one partial
+  test_matmul(300, 2600, 16);   // 6 K segments of 512, the last one partial
+  test_matmul(2080, 2600, 16);  // 3 K segments of 1024, the last one partial
+  test_matmul(1100, 9000, 8);   // 5 K segments of 2048, the last one partial
+  test_matmul(9000, 5000, 4);   // N > 8192 with 3 K segments of 2048
   test_attention({200, 8, 2, 128}, true);
   test_attention({150, 4, 4, 64}, true);
   test_attention({130, 4, 2, 32}, true);

@@ -83,9 +83,14 @@ enum class MatmulKernel : uint8_t {
 // matmul_workspace_bytes(T, N, K) (zero-filled before its first use; the kernels leave its
 // counters at zero), the Rows variants run the segments in separate blocks and add the partials
 // in order; without one they fold as they go, as Tile128 always does. Same bits either way.
-// The rule (measured on the H200, docs/cuda.md): one segment for N > 8192 or K <= 1024 (enough
-// blocks already), else 1024 up to K = 4096 and 4096 above.
+// The rule (measured on the H200 over the Llama, Qwen3, Qwen3.5 and MoE projection shapes,
+// `bench_cuda_kernels decode`, docs/cuda.md): one segment for K <= 512; 512 for N <= 1024 (few
+// column blocks); one segment for N > 65536 (LM heads) or K <= 1024; up to K = 4096, one for
+// N > 8192 and 1024 otherwise; 2048 above K = 4096 (decode of 17408×5120: 84 → 65 µs, its
+// prefill at T = 2048 1.74 → 2.02 ms).
 int64_t matmul_kseg(int64_t N, int64_t K);
+// Benchmarks only: every shape gets segments of `kseg` (a multiple of 256; 0 restores the rule).
+void set_matmul_kseg_override(int64_t kseg);
 size_t matmul_workspace_bytes(int64_t T, int64_t N, int64_t K);
 cudaError_t matmul_bf16(const bf16_bits* x, int64_t T, const bf16_bits* w, int64_t N, int64_t K,
                         float* y, cudaStream_t s, MatmulKernel kernel = MatmulKernel::Auto,

@@ -34,9 +34,20 @@ size_t counter_bytes() {
 }
 }  // namespace
 
+namespace {
+int64_t g_kseg_override = 0;
+}
+void set_matmul_kseg_override(int64_t kseg) {
+  g_kseg_override = kseg;
+}
+
 int64_t matmul_kseg(int64_t N, int64_t K) {
-  if (N > 8192 || K <= 1024) return K;
-  return K <= 4096 ? 1024 : 4096;
+  if (g_kseg_override > 0) return g_kseg_override < K ? g_kseg_override : K;
+  if (K <= 512) return K;
+  if (N <= 1024) return 512;  // few column blocks: short segments put more blocks on the SMs
+  if (N > 65536 || K <= 1024) return K;  // (LM heads: blocks enough, one segment)
+  if (K <= 4096) return N > 8192 ? K : 1024;
+  return 2048;
 }
 
 size_t matmul_workspace_bytes(int64_t T, int64_t N, int64_t K) {
@@ -440,7 +451,6 @@ cudaError_t matmul_bf16(const bf16_bits* x, int64_t T, const bf16_bits* w, int64
   // (docs/cuda.md): split-K pays where N / 32 blocks leave SMs idle; without it the deep pipeline
   // does best there.
   if (kernel == MatmulKernel::Auto) {
-    if (N > 8192) workspace = nullptr, workspace_bytes = 0;
     const bool ws_ok = workspace && workspace_bytes >= matmul_workspace_bytes(T, N, K);
     kernel = T > 64              ? MatmulKernel::Tile128
              : ws_ok || N > 8192 ? MatmulKernel::Rows16x32
