@@ -249,6 +249,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::printf("device: %s, %d SMs\n", devs[0].name.c_str(), devs[0].sm_count);
+  const bool attn_only = argc > 1 && std::string(argv[1]) == "attention";
   if (argc > 1 && std::string(argv[1]) == "decode") {
     bench_decode_shapes();
     return 0;
@@ -277,6 +278,7 @@ int main(int argc, char** argv) {
   std::printf("\n%-10s %6s %6s %6s %-10s %10s %9s %7s %9s\n", "op", "T", "N", "K", "kernel",
               "median_us", "GB/s", "%copy", "TFLOP/s");
   for (Shape sh : {Shape{4096, 4096}, Shape{14336, 4096}, Shape{4096, 14336}}) {
+    if (attn_only) break;
     const size_t wbytes = size_t(sh.N) * sh.K * 2;
     const int copies = int(std::max<size_t>(2, (size_t(512) << 20) / wbytes + 1));
     uint16_t* w;
@@ -325,8 +327,12 @@ int main(int argc, char** argv) {
   }
 
   // Decode attention: one query row, H=32, Hkv=8, D=128 (Llama-3.1-8B), several contexts.
+  struct Heads {
+    int64_t H, Hkv, D;
+  };
+  for (Heads hd : {Heads{32, 8, 128}, Heads{24, 4, 256}})  // Llama-3.1-8B, Qwen3.5-27B
   for (int64_t ctx : {512, 4096, 32768}) {
-    const int64_t H = 32, Hkv = 8, D = 128;
+    const int64_t H = hd.H, Hkv = hd.Hkv, D = hd.D;
     uint16_t *k, *v, *out;
     float *q, *ws;
     const size_t kv = size_t(ctx) * Hkv * D;
@@ -354,14 +360,14 @@ int main(int argc, char** argv) {
     a.workspace_bytes = wsb;
     const double ms = time_ms([&](int) { CK(bc::attention(a, nullptr)); }, 5, 100);
     const double gbs = 2.0 * kv * 2 / (ms * 1e-3) / 1e9;
-    std::printf("%-10s %6d %6lld %6s %-10s %10.2f %9.0f %6.1f%%\n", "attn-dec", 1, (long long)ctx,
-                "-", "auto", ms * 1e3, gbs, 100.0 * gbs / copy_gbs);
+    std::printf("%-10s %6d %6lld %6lld %-10s %10.2f %9.0f %6.1f%%\n", "attn-dec", 1, (long long)ctx,
+                (long long)D, "auto", ms * 1e3, gbs, 100.0 * gbs / copy_gbs);
     CK(cudaFree(k));
     CK(cudaFree(v));
     CK(cudaFree(q));
     CK(cudaFree(out));
     CK(cudaFree(ws));
   }
-  bench_hybrid();
+  if (!attn_only) bench_hybrid();
   return 0;
 }

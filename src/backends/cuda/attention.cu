@@ -208,8 +208,20 @@ __global__ void __launch_bounds__(32 * kWarps)
     pc.l = w[D + 1];
     return pc;
   };
+  // Loads are issued a batch of chunks ahead of the merges (a chain of one load per chunk
+  // spent a memory round trip per chunk: 354 µs at 32K context); the merge order is unchanged.
+  constexpr int kBatch = DPL >= 8 ? 4 : 8;
+  const int64_t nc = n_chunks(p);
   Partial<DPL> st = load(0);
-  for (int64_t c = 1; c < n_chunks(p); ++c) merge(st, load(c));
+  for (int64_t c0 = 1; c0 < nc; c0 += kBatch) {
+    Partial<DPL> pc[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (c0 + b < nc) pc[b] = load(c0 + b);
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (c0 + b < nc) merge(st, pc[b]);
+  }
   write_out(st, a.out + th * D, lane);
 }
 
