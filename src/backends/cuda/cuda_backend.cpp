@@ -382,13 +382,8 @@ class CudaBackend final : public Backend {
     const size_t ws = a.T * a.H < cuda::kAttnSplitMaxWarps
                           ? attention_workspace_bytes(a.T, a.H, a.D, max_pos_ + 1)
                           : 0;
-    if (ws > ws_bytes_) {
-      if (capturing()) fail("[cuda] attention workspace must grow during a recording");
-      if (ws_) dealloc(ws_);
-      ws_bytes_ = std::max(ws, ws_bytes_ * 2);
-      ws_ = static_cast<float*>(alloc(ws_bytes_));
-    }
-    c.workspace = ws ? ws_ : nullptr;
+    grow(ws_, ws_bytes_, ws, "attention");
+    c.workspace = ws ? static_cast<float*>(ws_) : nullptr;
     c.workspace_bytes = ws ? ws_bytes_ : 0;
     op("attention", 0, 0, [&] { return cuda::attention(c, stream_); });
   }
@@ -595,7 +590,7 @@ class CudaBackend final : public Backend {
   const int32_t *d_ids_ = nullptr, *d_pos_ = nullptr, *d_slots_ = nullptr, *d_row_table_ = nullptr,
                 *d_tables_ = nullptr, *d_state_slots_ = nullptr;
   bool has_state_slots_ = false;
-  float* ws_ = nullptr;
+  void* ws_ = nullptr;  // attention's split workspace (f32 partials)
   size_t ws_bytes_ = 0;
   void* mm_ws_ = nullptr;
   size_t mm_ws_bytes_ = 0;

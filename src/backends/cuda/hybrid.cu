@@ -12,17 +12,12 @@
 
 #include <cmath>
 
+#include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
 
 namespace basalt::cuda {
 namespace {
 
-__device__ __forceinline__ float bf(bf16_bits b) {
-  return __uint_as_float(uint32_t(b) << 16);
-}
-__device__ __forceinline__ bf16_bits to_bf(float f) {
-  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
-}
 // ref: 1 / (1 + exp(-x)),  x / (1 + exp(-x)),  x > 20 ? x : log1p(exp(x)) (torch's threshold).
 __device__ __forceinline__ float sigmoid_f(float x) {
   return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
@@ -32,11 +27,6 @@ __device__ __forceinline__ float silu_f(float x) {
 }
 __device__ __forceinline__ float softplus_f(float x) {
   return x > 20.0f ? x : log1pf(expf(x));
-}
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int m = 16; m > 0; m >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, m));
-  return v;
 }
 
 unsigned grid_1d(int64_t n, int threads) {
@@ -376,6 +366,15 @@ __global__ void __launch_bounds__(32)
 // offsets), and the pairs placed stably (increasing pair index within an expert: a rank by
 // __match_any_sync per 32 pairs, ids loaded 8 groups at a time). Shared: cnt, cursor [n].
 constexpr int kPlanGroups = 8;
+// eg[g] = the expert of pair base + 32·g + lane (-1 past P): the warp's loads issued together.
+__device__ __forceinline__ void load_id_groups(const int32_t* __restrict__ ids, int P, int base,
+                                               int lane, int (&eg)[kPlanGroups]) {
+#pragma unroll
+  for (int g = 0; g < kPlanGroups; ++g) {
+    const int q = base + 32 * g + lane;
+    eg[g] = q < P ? ids[q] : -1;
+  }
+}
 __global__ void __launch_bounds__(32)
     moe_plan_kernel(const int32_t* __restrict__ ids, int P, int n, int32_t* __restrict__ order,
                     int32_t* __restrict__ tiles, int max_tiles) {
@@ -387,11 +386,7 @@ __global__ void __launch_bounds__(32)
   __syncwarp();
   for (int base = 0; base < P; base += 32 * kPlanGroups) {  // loads in flight together
     int eg[kPlanGroups];
-#pragma unroll
-    for (int g = 0; g < kPlanGroups; ++g) {
-      const int q = base + 32 * g + lane;
-      eg[g] = q < P ? ids[q] : -1;
-    }
+    load_id_groups(ids, P, base, lane, eg);
 #pragma unroll
     for (int g = 0; g < kPlanGroups; ++g)
       if (eg[g] >= 0) atomicAdd(&cnt[eg[g]], 1);
@@ -427,11 +422,7 @@ __global__ void __launch_bounds__(32)
   __syncwarp();
   for (int base = 0; base < P; base += 32 * kPlanGroups) {
     int eg[kPlanGroups];
-#pragma unroll
-    for (int g = 0; g < kPlanGroups; ++g) {
-      const int q = base + 32 * g + lane;
-      eg[g] = q < P ? ids[q] : -1;
-    }
+    load_id_groups(ids, P, base, lane, eg);
 #pragma unroll
     for (int g = 0; g < kPlanGroups; ++g) {
       const int q = base + 32 * g + lane, e = eg[g];

@@ -1,0 +1,24 @@
+// Device helpers shared by the element-wise and hybrid/MoE kernels (one definition each, so
+// every kernel rounds and sums the same way).
+#pragma once
+#include <cuda_bf16.h>
+
+#include "backends/cuda/kernels.h"
+
+namespace basalt::cuda {
+
+__device__ __forceinline__ float bf(bf16_bits b) {
+  return __uint_as_float(uint32_t(b) << 16);
+}
+__device__ __forceinline__ bf16_bits to_bf(float f) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+// Butterfly sum: every lane ends with the same value (a + b == b + a), in an order fixed by
+// the lane count alone.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, m));
+  return v;
+}
+
+}  // namespace basalt::cuda
