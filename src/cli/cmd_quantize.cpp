@@ -1,5 +1,7 @@
 // basalt quantize: rewrite a checkpoint basalt loads (HF directory or GGUF) as a GGUF file with
-// its matrices in another type (models/gguf_export.h), e.g. for llama.cpp's llama-bench.
+// its matrices in another type (models/gguf_export.h), e.g. for llama.cpp's llama-bench; or an HF
+// directory as an NVFP4 / FP8 checkpoint in ModelOpt's or Qwen3-FP8's layout
+// (models/hf_quant_export.h).
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -10,6 +12,7 @@
 #include "io/checkpoint.h"
 #include "models/arch.h"
 #include "models/gguf_export.h"
+#include "models/hf_quant_export.h"
 #include "models/model.h"
 #include "tokenizer/gguf_vocab.h"
 
@@ -21,9 +24,30 @@ struct QuantizeArgs {
   int threads = 0;
 };
 
-// --to values: the GGUF types written now; other formats (issue 6: nvfp4, fp8 as an HF
-// directory) will add theirs here.
-constexpr const char* kTargets = "f32, f16, bf16, q8_0, q4_k (GGUF)";
+// --to values: GGUF types (a .gguf file) and the scaled formats (an HF directory).
+constexpr const char* kTargets =
+    "f32, f16, bf16, q8_0, q4_k (GGUF file); nvfp4, fp8, fp8-block (HF directory)";
+
+int run_hf_quantize(const QuantizeArgs& a, HfQuantTarget target) {
+  if (a.out.empty()) fail("[quantize] --out DIR is required");
+  if (a.out.ends_with(".gguf"))
+    fail("[quantize] --to {} writes an HF checkpoint directory, not a GGUF file (--out {})", a.to,
+         a.out);
+  const auto t0 = std::chrono::steady_clock::now();
+  const io::Checkpoint ck = io::checkpoint_open(a.model);
+  (void)model_from_checkpoint(ck);  // a checkpoint basalt cannot run fails now, not after minutes
+  const HfQuantStats st =
+      hf_quant_write(ck, target, a.out, a.threads, [](size_t i, size_t n, const std::string& name) {
+        spdlog::info("[{}/{}] {}", i + 1, n, name);
+      });
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(
+      stderr,
+      "wrote %s (%s: %lld matrices quantised, %lld tensors kept; %.1f MB -> %.1f MB, %.1f s)\n",
+      a.out.c_str(), a.to.c_str(), (long long)st.quantised, (long long)st.kept,
+      double(st.bytes_in) / 1e6, double(st.bytes_out) / 1e6, secs);
+  return 0;
+}
 
 io::GgufMetadata hf_metadata(const io::Checkpoint& ck, ModelConfig& c, DType dt,
                              const std::string& name) {
@@ -54,8 +78,7 @@ io::GgufMetadata gguf_metadata(const io::Checkpoint& ck) {
 }
 
 int run_quantize(const QuantizeArgs& a) {
-  if (a.to == "nvfp4" || a.to == "fp8")
-    fail("[quantize] --to {} is not available yet (available: {})", a.to, kTargets);
+  if (HfQuantTarget t; hf_quant_target_parse(a.to, &t)) return run_hf_quantize(a, t);
   DType dt;
   if (!gguf_dtype_parse(a.to, &dt))
     fail("[quantize] --to must be one of {}, got '{}'", kTargets, a.to);
@@ -91,11 +114,12 @@ int run_quantize(const QuantizeArgs& a) {
 
 Runner add_quantize(CLI::App& app) {
   auto a = std::make_shared<QuantizeArgs>();
-  CLI::App* sc =
-      app.add_subcommand("quantize", "Rewrite a checkpoint as GGUF with f16/q8_0/q4_k matrices");
+  CLI::App* sc = app.add_subcommand(
+      "quantize", "Rewrite a checkpoint as GGUF (f16/q8_0/q4_k) or as an NVFP4/FP8 HF directory");
   sc->add_option("-m,--model", a->model, "HF model directory or .gguf (default: embedded)");
   sc->add_option("--to", a->to, std::string("Matrix type: ") + kTargets)->required();
-  sc->add_option("--out", a->out, "Output .gguf file")->required();
+  sc->add_option("--out", a->out, "Output .gguf file (GGUF types) or directory (nvfp4/fp8)")
+      ->required();
   sc->add_option("--name", a->name, "general.name (default: the input's)");
   sc->add_option("--threads", a->threads, "Encoding threads (default: all cores)");
   return [a] { return run_quantize(*a); };

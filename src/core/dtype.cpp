@@ -25,8 +25,9 @@ constexpr Info kInfo[] = {
     {DType::BOOL, "BOOL", 1, 1},       {DType::Q8_0, "Q8_0", 32, 34},
     {DType::Q4_0, "Q4_0", 32, 18},     {DType::Q4_K, "Q4_K", 256, 144},
     {DType::Q5_K, "Q5_K", 256, 176},   {DType::Q6_K, "Q6_K", 256, 210},
+    {DType::NVFP4, "NVFP4", 16, 8},
 };
-static_assert(std::size(kInfo) == size_t(DType::Q6_K) + 1, "one row per DType, in order");
+static_assert(std::size(kInfo) == size_t(DType::NVFP4) + 1, "one row per DType, in order");
 const Info& info(DType t) {
   return kInfo[static_cast<int>(t)];
 }
@@ -72,6 +73,7 @@ bool dtype_is_float(DType t) {
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K:
+    case DType::NVFP4:
       return true;
     default:
       return false;
@@ -123,6 +125,49 @@ float fp8_e4m3_to_f32(uint8_t v) {
   else
     r = std::ldexp(1.0f + float(man) / 8.0f, int(exp) - 7);
   return sign ? -r : r;
+}
+
+uint8_t f32_to_fp8_e4m3(float f) {
+  const uint8_t sign = uint8_t((std::bit_cast<uint32_t>(f) >> 24) & 0x80u);
+  const float a = std::fabs(f);
+  if (std::isnan(f)) return sign | 0x7f;
+  if (a >= 448.0f) return sign | 0x7e;
+  if (a < 0x1p-6f)  // subnormal steps of 2^-9 (the scaling is exact); 8 steps = 0x08, 2^-6
+    return sign | uint8_t(std::nearbyint(a * 512.0f));
+  uint32_t u = std::bit_cast<uint32_t>(a);
+  u += 0x7ffffu + ((u >> 20) & 1u);  // round the mantissa to 3 bits, ties to even
+  const uint32_t e = (u >> 23) - 127 + 7, m = (u >> 20) & 7u;
+  return sign | uint8_t(e << 3 | m);  // a < 448 rounds to at most 448 (e 15, m 6)
+}
+
+float fp4_e2m1_to_f32(uint8_t code) {
+  static constexpr float kMag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float m = kMag[code & 7];
+  return code & 8 ? -m : m;
+}
+
+uint8_t f32_to_fp4_e2m1(float f) {
+  if (std::isnan(f)) return 0;
+  const float a = std::fabs(f);
+  // Midpoints between neighbours; a tie goes to the even code (mantissa bit 0).
+  uint8_t c;
+  if (a <= 0.25f)
+    c = 0;
+  else if (a < 0.75f)
+    c = 1;
+  else if (a <= 1.25f)
+    c = 2;
+  else if (a < 1.75f)
+    c = 3;
+  else if (a <= 2.5f)
+    c = 4;
+  else if (a < 3.5f)
+    c = 5;
+  else if (a <= 5.0f)
+    c = 6;
+  else
+    c = 7;
+  return f < 0.0f ? uint8_t(c | 8) : c;
 }
 
 float fp8_e5m2_to_f32(uint8_t v) {
@@ -177,6 +222,7 @@ double dtype_read_f64(DType t, const void* data, int64_t i) {
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K:
+    case DType::NVFP4:
       // Only whole rows are decoded (ref::weight_row_f32); GGUF never stores vectors in them.
       fail("[dtype] element reads of {} tensors are not supported (dequantize whole rows)",
            dtype_name(t));

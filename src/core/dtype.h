@@ -31,6 +31,10 @@ enum class DType : uint8_t {
   Q4_K,  // 256 elements in 144 bytes: 8 sub-blocks of 32, 6-bit scales and mins
   Q5_K,  // 256 elements in 176 bytes: Q4_K plus a fifth bit per element
   Q6_K,  // 256 elements in 210 bytes: 16 sub-blocks of 16, int8 scales
+  // ModelOpt NVFP4 weight data: two E2M1 codes a byte, low nibble first (16 elements in 8
+  // bytes); the E4M3 scale of each 16 and the per-tensor scale live in WeightRef (ops/ref/
+  // scaled.h, docs/formats.md).
+  NVFP4,
 };
 
 // Elements per block (1 for plain types) and bytes per block.
@@ -58,6 +62,14 @@ float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 float fp8_e4m3_to_f32(uint8_t v);  // OCP E4M3FN: no inf, 0x7f/0xff NaN, max 448
 float fp8_e5m2_to_f32(uint8_t v);
+// f32 → OCP E4M3FN, round to nearest even, saturating at ±448 (NaN → 0x7f with the sign).
+uint8_t f32_to_fp8_e4m3(float f);
+// E2M1 (FP4) code, low 4 bits: bit 3 sign, bits 2..0 index the magnitudes 0, 0.5, 1, 1.5, 2, 3,
+// 4, 6.
+float fp4_e2m1_to_f32(uint8_t code);
+// f32 → E2M1 code, round to nearest even (ties to the even code), saturating at ±6; the sign
+// bit is set for x < 0 (so -0.1 → 0x8, "-0"); NaN → 0.
+uint8_t f32_to_fp4_e2m1(float f);
 
 // Reads element i of a plain (non-block) tensor as f32 / f64 / int64.
 double dtype_read_f64(DType t, const void* data, int64_t i);

@@ -45,7 +45,7 @@ json json_load_file(const std::string& path) {
 namespace {
 
 constexpr const char* kJsonFiles[] = {"config.json", "generation_config.json", "tokenizer.json",
-                                      "tokenizer_config.json"};
+                                      "tokenizer_config.json", "hf_quant_config.json"};
 
 // Fills the JSON members from name -> text; absent files leave their defaults.
 template <typename Lookup>
@@ -62,6 +62,7 @@ void set_json_files(Checkpoint& ck, const std::string& prefix, Lookup text_of) {
     if (std::strcmp(f, "config.json") == 0) ck.config = std::move(j);
     if (std::strcmp(f, "generation_config.json") == 0) ck.generation_config = std::move(j);
     if (std::strcmp(f, "tokenizer_config.json") == 0) ck.tokenizer_config = std::move(j);
+    if (std::strcmp(f, "hf_quant_config.json") == 0) ck.hf_quant_config = std::move(j);
   }
 }
 
@@ -72,6 +73,7 @@ Checkpoint empty_checkpoint(CheckpointFormat f, const std::string& path) {
   ck.config = json::object();
   ck.generation_config = json::object();
   ck.tokenizer_config = json::object();
+  ck.hf_quant_config = json::object();
   return ck;
 }
 

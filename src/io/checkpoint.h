@@ -20,6 +20,7 @@ struct Checkpoint {
   nlohmann::json config;             // HF config.json (empty object for GGUF)
   nlohmann::json generation_config;  // generation_config.json, or empty object
   nlohmann::json tokenizer_config;   // tokenizer_config.json, or empty object
+  nlohmann::json hf_quant_config;    // hf_quant_config.json (ModelOpt), or empty object
   std::optional<nlohmann::json> tokenizer_json;  // tokenizer.json, if present
   std::shared_ptr<GgufFile> gguf;                // set for GGUF checkpoints (metadata + tensors)
   TensorStore tensors;                           // HF names for HfDir; GGUF names for Gguf

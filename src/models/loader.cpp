@@ -8,6 +8,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "models/arch.h"
+#include "models/quant_config.h"
+#include "ops/ref/scaled.h"
 
 namespace basalt {
 namespace models {
@@ -60,8 +62,9 @@ std::string gguf_layer(int64_t l, const char* part) {
 
 class Binder {
  public:
-  Binder(const io::TensorStore& ts, std::string arch, std::string file, ModelWeights& w)
-      : ts_(ts), arch_(std::move(arch)), file_(std::move(file)), w_(w) {}
+  Binder(const io::TensorStore& ts, std::string arch, std::string file, ModelWeights& w,
+         QuantConfig quant = {})
+      : ts_(ts), arch_(std::move(arch)), file_(std::move(file)), w_(w), quant_(std::move(quant)) {}
 
   const TensorView& get(const std::string& name) const {
     const TensorView* t = ts_.find(name);
@@ -75,9 +78,11 @@ class Binder {
            shape_str(t.shape), shape_str(want));
   }
 
-  // A [rows, cols] matrix, zero-copy where the matmul kernels read its dtype.
+  // A [rows, cols] matrix, zero-copy where the matmul kernels read its dtype (the scaled
+  // formats of quantised checkpoints included: ops/ref/scaled.h).
   WeightRef matrix(const std::string& name, int64_t rows, int64_t cols) {
     const TensorView& t = get(name);
+    if (t.dtype == DType::U8 || t.dtype == DType::F8_E4M3) return scaled(name, t, rows, cols);
     check_shape(t, {rows, cols});
     WeightRef r{t.dtype, rows, cols, t.data};
     switch (t.dtype) {
@@ -95,7 +100,6 @@ class Binder {
                name);
         return r;
       case DType::F64:
-      case DType::F8_E4M3:
       case DType::F8_E5M2: {
         auto buf = std::make_shared<std::vector<float>>(to_f32(t));
         w_.owned.push_back(buf);
@@ -115,11 +119,22 @@ class Binder {
     return to_f32(t);
   }
 
+  // A matrix as plain f32 values (embedding tables, which no kernel reads scaled).
+  WeightRef dense(const std::string& name, int64_t rows, int64_t cols) {
+    const WeightRef w = matrix(name, rows, cols);
+    if (!ref::is_scaled(w)) return w;
+    auto buf = std::make_shared<std::vector<float>>(size_t(rows * cols));
+    for (int64_t n = 0; n < rows; ++n) ref::scaled_dequant_row(w, n, buf->data() + n * cols);
+    w_.owned.push_back(buf);
+    return WeightRef{DType::F32, rows, cols, buf->data()};
+  }
+
   // Rows `rows` (in this order) of the [n_rows, cols] matrix `name`, as a new matrix of the
   // same dtype (a copy owned by the model): regrouped projections.
   WeightRef gather_rows(const std::string& name, int64_t n_rows, int64_t cols,
                         const std::vector<int64_t>& rows) {
     const WeightRef w = matrix(name, n_rows, cols);
+    if (ref::is_scaled(w)) return gather_scaled(name, w, rows);
     const size_t row_bytes = dtype_bytes(w.dtype, cols);
     auto buf = std::make_shared<std::vector<uint8_t>>(rows.size() * row_bytes);
     for (size_t i = 0; i < rows.size(); ++i)
@@ -137,6 +152,11 @@ class Binder {
     check_shape(t, {n, rows, cols});
     DType dt = t.dtype;
     const void* base = t.data;
+    if (quant_.method != QuantMethod::None && (dt == DType::U8 || dt == DType::F8_E4M3))
+      fail(
+          "[{}] {}: tensor '{}': quantised fused expert stacks are not supported yet (store "
+          "the experts one tensor each, as ModelOpt and compressed-tensors export them)",
+          arch_, file_, name);
     if (dt != DType::F32 && dt != DType::F16 && dt != DType::BF16) {
       if (!dtype_is_float(dt) || dtype_block_elems(dt) != 1)
         fail("[{}] {}: tensor '{}' has dtype {}, which cannot be an expert stack", arch_, file_,
@@ -148,9 +168,9 @@ class Binder {
     const size_t row_bytes = dtype_bytes(dt, cols);
     std::vector<WeightRef> out;
     for (int64_t e = 0; e < n; ++e)
-      out.push_back(WeightRef{dt, count, cols,
-                              static_cast<const uint8_t*>(base) +
-                                  size_t(e * rows + first) * row_bytes});
+      out.push_back(
+          WeightRef{dt, count, cols,
+                    static_cast<const uint8_t*>(base) + size_t(e * rows + first) * row_bytes});
     return out;
   }
   bool has(const std::string& name) const { return ts_.contains(name); }
@@ -165,9 +185,145 @@ class Binder {
       out[size_t(i)] = float(dtype_read_f64(t.dtype, t.data, i));
     return out;
   }
+  // --- scaled formats (models/quant_config.h) -------------------------------------------
+  std::vector<float> scale_values(const TensorView& t) const {
+    if (!dtype_is_float(t.dtype) || dtype_block_elems(t.dtype) != 1)
+      fail("[{}] {}: scale tensor '{}' has dtype {} (a float type expected)", arch_, file_, t.name,
+           dtype_name(t.dtype));
+    return to_f32(t);
+  }
+  float scalar(const std::string& name) const {
+    const TensorView& t = get(name);
+    if (t.numel() != 1)
+      fail("[{}] {}: tensor '{}' has shape {}, a single per-tensor scale expected", arch_, file_,
+           name, shape_str(t.shape));
+    return scale_values(t)[0];
+  }
+  const float* owned_floats(std::vector<float> v) {
+    auto buf = std::make_shared<std::vector<float>>(std::move(v));
+    w_.owned.push_back(buf);
+    return buf->data();
+  }
+
+  // NVFP4 (U8 codes + weight_scale + weight_scale_2) or FP8 (F8_E4M3 + weight_scale or
+  // weight_scale_inv, or none when the checkpoint declares no quantisation).
+  WeightRef scaled(const std::string& name, const TensorView& t, int64_t rows, int64_t cols) {
+    const std::string base =
+        name.size() > 7 && name.ends_with(".weight") ? name.substr(0, name.size() - 7) : name;
+    if (t.dtype == DType::U8) {
+      if (quant_.method == QuantMethod::None)
+        fail(
+            "[{}] {}: tensor '{}' is U8 (packed NVFP4?) but the checkpoint declares no "
+            "quantisation (no hf_quant_config.json or quantization_config)",
+            arch_, file_, name);
+      if (!has(base + ".weight_scale") || !has(base + ".weight_scale_2"))
+        fail(
+            "[{}] {}: NVFP4 weight '{}' has no '{}' ({} scales per 16 inputs and an f32 "
+            "per-tensor weight_scale_2 are needed)",
+            arch_, file_, name,
+            has(base + ".weight_scale") ? base + ".weight_scale_2" : base + ".weight_scale",
+            "E4M3");
+      if (cols % 16)
+        fail("[{}] {}: NVFP4 weight '{}': {} inputs are not whole groups of 16", arch_, file_, name,
+             cols);
+      check_shape(t, {rows, cols / 2});
+      const TensorView& S = get(base + ".weight_scale");
+      check_shape(S, {rows, cols / 16});
+      if (S.dtype != DType::F8_E4M3)
+        fail("[{}] {}: NVFP4 scale '{}' has dtype {} (F8_E4M3 expected)", arch_, file_, S.name,
+             dtype_name(S.dtype));
+      WeightRef r{DType::NVFP4, rows, cols, t.data};
+      r.scales = S.data;
+      r.scale = scalar(base + ".weight_scale_2");
+      return r;
+    }
+    check_shape(t, {rows, cols});
+    WeightRef r{DType::F8_E4M3, rows, cols, t.data};
+    if (has(base + ".weight_scale_inv")) {  // fp8 (Qwen3 / DeepSeek): multiplies, despite the name
+      const TensorView& s = get(base + ".weight_scale_inv");
+      if (quant_.block <= 0 || (s.numel() == 1 && s.shape.size() < 2)) {  // one per tensor
+        r.scale = scalar(s.name);
+        return r;
+      }
+      const int64_t B = quant_.block;
+      check_shape(s, {(rows + B - 1) / B, (cols + B - 1) / B});
+      r.scales = owned_floats(scale_values(s));
+      r.scale_block = int32_t(B);
+      return r;
+    }
+    if (has(base + ".weight_scale")) {
+      const TensorView& s = get(base + ".weight_scale");
+      if (s.numel() == 1) {
+        r.scale = scalar(s.name);
+      } else if (s.shape == std::vector<int64_t>{rows, 1} ||
+                 s.shape == std::vector<int64_t>{rows}) {
+        r.scales = owned_floats(scale_values(s));  // per output channel
+      } else {
+        fail("[{}] {}: scale '{}' has shape {}; the weight [{}, {}] takes a scalar or [{}, 1]",
+             arch_, file_, s.name, shape_str(s.shape), rows, cols, rows);
+      }
+      return r;
+    }
+    if (quant_.method != QuantMethod::None)
+      fail(
+          "[{}] {}: FP8 weight '{}' has no scale ('{}.weight_scale' or '{}.weight_scale_inv'; "
+          "the checkpoint declares {})",
+          arch_, file_, name, base, base, quant_.describe());
+    return r;  // plain E4M3 values, scale 1
+  }
+
+  // Rows of a scaled matrix: codes and their scales move together. Block scales survive when
+  // every run of B gathered rows is one whole block (Qwen3.5's q/gate heads of 256 rows do);
+  // otherwise the matrix is dequantised to f32.
+  WeightRef gather_scaled(const std::string& name, const WeightRef& w,
+                          const std::vector<int64_t>& rows) {
+    const int64_t K = w.cols, N = int64_t(rows.size());
+    WeightRef r = w;
+    r.rows = N;
+    const size_t row_bytes = w.dtype == DType::NVFP4 ? size_t(K / 2) : size_t(K);
+    auto data = std::make_shared<std::vector<uint8_t>>(size_t(N) * row_bytes);
+    for (int64_t i = 0; i < N; ++i)
+      std::memcpy(data->data() + i * row_bytes,
+                  static_cast<const uint8_t*>(w.data) + size_t(rows[i]) * row_bytes, row_bytes);
+    w_.owned.push_back(data);
+    r.data = data->data();
+    if (w.dtype == DType::NVFP4) {
+      auto S = std::make_shared<std::vector<uint8_t>>(size_t(N * (K / 16)));
+      for (int64_t i = 0; i < N; ++i)
+        std::memcpy(S->data() + i * (K / 16),
+                    static_cast<const uint8_t*>(w.scales) + rows[i] * (K / 16), size_t(K / 16));
+      w_.owned.push_back(S);
+      r.scales = S->data();
+    } else if (w.scales && w.scale_block == 0) {
+      std::vector<float> s(static_cast<size_t>(N));
+      for (int64_t i = 0; i < N; ++i) s[size_t(i)] = static_cast<const float*>(w.scales)[rows[i]];
+      r.scales = owned_floats(std::move(s));
+    } else if (w.scales) {
+      const int64_t B = w.scale_block, kb = (K + B - 1) / B;
+      bool aligned = N % B == 0;
+      for (int64_t i = 0; aligned && i < N; ++i)
+        aligned = rows[i] == rows[i - i % B] + i % B && rows[i - i % B] % B == 0;
+      if (!aligned) {
+        spdlog::info("[{}] {}: '{}' is regrouped across its {}x{} scale blocks: using f32 values",
+                     arch_, file_, name, B, B);
+        auto buf = std::make_shared<std::vector<float>>(size_t(N * K));
+        for (int64_t i = 0; i < N; ++i) ref::scaled_dequant_row(w, rows[i], buf->data() + i * K);
+        w_.owned.push_back(buf);
+        return WeightRef{DType::F32, N, K, buf->data()};
+      }
+      std::vector<float> s(size_t(N / B * kb));
+      for (int64_t i = 0; i < N; i += B)
+        std::memcpy(s.data() + i / B * kb, static_cast<const float*>(w.scales) + rows[i] / B * kb,
+                    size_t(kb) * 4);
+      r.scales = owned_floats(std::move(s));
+    }
+    return r;
+  }
+
   const io::TensorStore& ts_;
   std::string arch_, file_;
   ModelWeights& w_;
+  QuantConfig quant_;
 };
 
 using PartName = std::function<std::string(const char*)>;
@@ -249,10 +405,16 @@ ModelWeights bind_weights(const io::Checkpoint& ck, const ModelConfig& c) {
                   : Names{px + "embed_tokens.weight", px + "norm.weight", "lm_head.weight",
                           [&px](int64_t l, const char* part) { return hf_layer(px, l, part); }};
   ModelWeights w;
-  Binder b(ck.tensors, c.arch, ck.path, w);
+  QuantConfig quant;
+  if (!gguf) {
+    quant = quant_config_parse(ck.config, ck.hf_quant_config, ck.path);
+    if (quant.method != QuantMethod::None)
+      spdlog::info("{}: quantised checkpoint, {}", ck.path, quant.describe());
+  }
+  Binder b(ck.tensors, c.arch, ck.path, w, quant);
   const int64_t E = c.hidden, D = c.head_dim, H = c.n_heads, Hkv = c.n_kv_heads, F = c.intermediate,
                 V = c.vocab;
-  w.embed = b.matrix(nm.embed, V, E);
+  w.embed = b.dense(nm.embed, V, E);
   w.out_norm = b.vec(nm.out_norm, E);
   if (b.has(nm.lm_head) && !(c.tied_embeddings && !gguf)) {
     w.lm_head = b.matrix(nm.lm_head, V, E);
@@ -300,8 +462,9 @@ ModelWeights bind_weights(const io::Checkpoint& ck, const ModelConfig& c) {
     if (c.is_moe(l)) {
       bind_moe(b, c, name, L);
     } else {
-      if (F <= 0) fail("[{}] {}: layer {} has a dense MLP but intermediate_size is not set", c.arch,
-                       ck.path, l);
+      if (F <= 0)
+        fail("[{}] {}: layer {} has a dense MLP but intermediate_size is not set", c.arch, ck.path,
+             l);
       L.w_gate = b.matrix(name("gate"), F, E);
       L.w_up = b.matrix(name("up"), F, E);
       L.w_down = b.matrix(name("down"), E, F);

@@ -96,6 +96,7 @@ class Model {
 
   const ModelConfig& config() const { return cfg_; }
   const io::Checkpoint& checkpoint() const { return ckpt_; }
+  const ModelWeights& weights() const { return w_; }  // as loaded (host memory)
   int64_t param_count() const;
   // Bytes one decode step must read: every weight matrix once, one embedding row, and the K/V
   // of `context` positions (`kv_elem_bytes` per value). The numerator of the bandwidth roofline.

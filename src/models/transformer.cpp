@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "memory/planner.h"
 #include "models/model.h"
+#include "ops/ref/scaled.h"
 
 namespace basalt {
 
@@ -65,8 +66,8 @@ int64_t ModelConfig::n_attention_layers() const {
 }
 
 namespace {
-int64_t weight_bytes(const WeightRef& w) {
-  return int64_t(dtype_bytes(w.dtype, w.rows * w.cols));
+int64_t weight_bytes(const WeightRef& w) {  // with the scales of the scaled formats
+  return int64_t(dtype_bytes(w.dtype, w.rows * w.cols) + ref::scaled_scales_bytes(w));
 }
 
 // The matrices one token reads in a layer: all of them except the routed experts, of which

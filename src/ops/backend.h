@@ -28,13 +28,23 @@
 
 namespace basalt {
 
-// A weight matrix [N, K] row-major (PyTorch's nn.Linear layout). dtype: F32, F16, BF16, or a
-// GGUF block type (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K: blocks along K) on the CPU backends.
+// A weight matrix [N, K] row-major (PyTorch's nn.Linear layout). dtype: F32, F16, BF16, a
+// GGUF block type (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K: blocks along K) on the CPU backends, or one of
+// the scaled formats of HF quantized checkpoints (ops/ref/scaled.h, docs/formats.md):
+//   NVFP4    W[n,k] = e2m1(data[n,k]) · e4m3(scales[n, k/16]) · scale
+//   F8_E4M3  W[n,k] = e4m3(data[n,k]) · s(n,k) · scale, s from the f32 `scales`:
+//            none (1); scale_block 0: per row, scales[n]; scale_block B: a grid of B×B blocks,
+//            scales[(n/B) · ceil(K/B) + k/B].
+// A matmul computes y[t,n] = factor(n) · Σ_k inner(n,k) · x[t,k] with inner/factor split as
+// ref::scaled_inner_row / scaled_factor say, so the scales cost nothing per element.
 struct WeightRef {
   DType dtype = DType::F32;
   int64_t rows = 0;  // N
   int64_t cols = 0;  // K
   const void* data = nullptr;
+  const void* scales = nullptr;  // NVFP4: E4M3 [N, K/16]; F8_E4M3: f32 (see above) or none
+  float scale = 1.0f;            // the per-tensor scale (NVFP4, F8_E4M3)
+  int32_t scale_block = 0;       // F8_E4M3 with scales: 0 per row, else the block edge B
 };
 
 enum class RopeStyle : uint8_t {

@@ -263,18 +263,24 @@ TEST(GgufExport, QuantizeErrors) {
   const std::string in = " -m " + golden("qwen3_tied") + " --out " + tmp.str() + "/x.gguf";
   CliRun r = basalt_run("quantize --to nvfp4" + in);
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find("--to nvfp4 is not available yet (available: f32, f16, bf16, q8_0, q4_k"),
+  EXPECT_NE(r.err.find("--to nvfp4 writes an HF checkpoint directory, not a GGUF file"),
             std::string::npos)
       << r.err;
   r = basalt_run("quantize --to q5_k" + in);
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find("--to must be one of f32, f16, bf16, q8_0, q4_k (GGUF), got 'q5_k'"),
+  EXPECT_NE(r.err.find("--to must be one of f32, f16, bf16, q8_0, q4_k (GGUF file); nvfp4, fp8, "
+                       "fp8-block (HF directory), got 'q5_k'"),
             std::string::npos)
       << r.err;
   r = basalt_run("synth --preset tiny-llama --dtype q4_k --out " + tmp.str() + "/d");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("(q8_0, q4_k: --format gguf)"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(tmp.str() + "/x.gguf"));
+
+  // The HF targets write a directory that loads.
+  r = basalt_run("quantize --to nvfp4 -m " + golden("qwen3_tied") + " --out " + tmp.str() + "/q");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(model_load(tmp.str() + "/q")->weights().layers[0].w_up.dtype, DType::NVFP4);
 }
 
 }  // namespace

@@ -4,11 +4,14 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "backends/cpu/kernels_hwy.h"
 #include "backends/cpu/matmul_quant-inl.h"
 #include "core/dtype.h"
+#include "ops/ref/scaled.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace basalt::cpu {
@@ -109,10 +112,36 @@ HWY_INLINE void MatmulT(const float* x, int64_t T, int64_t K, int64_t n0, int64_
   }
 }
 
+// Scaled formats (ops/ref/scaled.h): y[t, n] = factor(n) · Σ_k inner(n, k) · x[t, k]. Four
+// rows' inner values are decoded to f32 (the reference decoder, so bit-identical to it), the
+// dot products run through Tile exactly as for F32 weights, then each column is multiplied by
+// its factor: the same arithmetic for every T.
+void MatmulScaled(const float* x, int64_t T, const WeightRef& w, int64_t n0, int64_t n1, float* y,
+                  int64_t ldy) {
+  constexpr int kC = 4;
+  const int64_t K = w.cols;
+  thread_local std::vector<float> buf;
+  buf.resize(size_t(kC * K));
+  for (int64_t n = n0; n < n1; n += kC) {
+    const int c = int(std::min<int64_t>(kC, n1 - n));
+    for (int i = 0; i < c; ++i) ref::scaled_inner_row(w, n + i, buf.data() + i * K);
+    MatmulT<RowF32>(x, T, K, 0, c, y + n, ldy,
+                    [&](int64_t i) { return RowF32{buf.data() + i * K}; });
+    for (int i = 0; i < c; ++i) {
+      const float f = ref::scaled_factor(w, n + i);
+      for (int64_t t = 0; t < T; ++t) y[t * ldy + n + i] *= f;
+    }
+  }
+}
+
 void MatmulRows(const float* x, int64_t T, const WeightRef& w, int64_t n0, int64_t n1, float* y,
                 int64_t ldy) {
   const int64_t K = w.cols;
   switch (w.dtype) {
+    case DType::NVFP4:
+    case DType::F8_E4M3:
+      MatmulScaled(x, T, w, n0, n1, y, ldy);
+      break;
     case DType::F32: {
       const auto* p = static_cast<const float*>(w.data);
       MatmulT<RowF32>(x, T, K, n0, n1, y, ldy, [&](int64_t n) { return RowF32{p + n * K}; });

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "ops/ref/quants.h"
+#include "ops/ref/scaled.h"
 
 namespace basalt::ref {
 
@@ -19,6 +20,8 @@ bool weight_dtype_supported(DType t) {
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K:
+    case DType::NVFP4:
+    case DType::F8_E4M3:
       return true;
     default:
       return false;
@@ -51,6 +54,10 @@ void weight_row_f32(const WeightRef& w, int64_t n, float* out) {
       dequant_blocks(w.dtype, base + n * blocks * dtype_block_bytes(w.dtype), blocks, out);
       return;
     }
+    case DType::NVFP4:
+    case DType::F8_E4M3:
+      scaled_dequant_row(w, n, out);
+      return;
     default:
       fail("[ops] matmul weight dtype {} not supported", dtype_name(w.dtype));
   }
@@ -59,13 +66,18 @@ void weight_row_f32(const WeightRef& w, int64_t n, float* out) {
 void matmul(const float* x, int64_t T, const WeightRef& w, float* y) {
   const int64_t N = w.rows, K = w.cols;
   std::vector<float> row(static_cast<size_t>(K));
+  const bool scaled = is_scaled(w);  // factor(n) · Σ inner · x (ops/ref/scaled.h)
   for (int64_t n = 0; n < N; ++n) {
-    weight_row_f32(w, n, row.data());
+    if (scaled)
+      scaled_inner_row(w, n, row.data());
+    else
+      weight_row_f32(w, n, row.data());
+    const float f = scaled ? scaled_factor(w, n) : 1.0f;
     for (int64_t t = 0; t < T; ++t) {
       const float* xt = x + t * K;
       float acc = 0.0f;
       for (int64_t k = 0; k < K; ++k) acc += xt[k] * row[k];
-      y[t * N + n] = acc;
+      y[t * N + n] = scaled ? f * acc : acc;
     }
   }
 }
