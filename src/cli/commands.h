@@ -22,6 +22,7 @@ Runner add_info(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_synth(CLI::App& app);
 Runner add_quantize(CLI::App& app);
+Runner add_perplexity(CLI::App& app);
 Runner add_serve(CLI::App& app);
 Runner add_env(CLI::App& app);
 Runner add_run(CLI::App& app);
