@@ -24,6 +24,7 @@ namespace basalt::cli {
 namespace {
 
 struct BenchArgs {
+  std::string kv_dtype;  // --kv-cache-dtype
   std::string model;
   std::vector<int64_t> prompts = {128};
   int64_t n = 32;
@@ -88,7 +89,7 @@ int64_t peak_rss_bytes() {
 
 int run_bench(const BenchArgs& a) {
   auto model = model_load(a.model);
-  auto be = make_backend(a.device, a.threads, a.fast_prefill);
+  auto be = make_backend(a.device, a.threads, a.fast_prefill, a.kv_dtype);
   const ModelConfig& c = model->config();
   struct Row {
     int64_t P;
@@ -154,7 +155,8 @@ int run_bench(const BenchArgs& a) {
     const double pre_s = row.pre_s, dec_s = row.dec_s;
     const double pre_tps = double(P) / pre_s, dec_tps = a.n > 0 ? double(a.n) / dec_s : 0.0;
     // Decode reads the weights and the KV at the mean context of the decode steps.
-    const double bytes = double(model->decode_bytes(P + a.n / 2, dtype_bytes(be->kv_dtype(), 1)));
+    const double bytes =
+        double(model->decode_bytes(P + a.n / 2, be->kv_row_bytes(model->config().head_dim)));
     double prefill_flops = 0;
     for (int64_t p = 0; p < P; ++p) prefill_flops += model->token_flops(p);
     const double bw_frac = bytes * dec_tps / copy_bw;
@@ -210,7 +212,7 @@ Runner add_bench(CLI::App& app) {
   sc->add_option("-r,--repeats", a->repeats, "Runs per configuration (median reported)")
       ->check(CLI::Range(1, 1000));
   sc->add_option("-t,--threads", a->threads, "CPU threads (default: all)");
-  add_device_option(sc, a->device, a->fast_prefill);
+  add_device_option(sc, a->device, a->fast_prefill, a->kv_dtype);
   sc->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per pass (0 = all)");
   sc->add_flag("--json", a->json, "One JSON object per configuration");
   return [a] { return run_bench(*a); };

@@ -10,6 +10,7 @@ namespace basalt::cli {
 namespace {
 
 struct LogitsArgs {
+  std::string kv_dtype;  // --kv-cache-dtype
   std::string model, tokens, out;
   int threads = 0;
   std::string device;
@@ -21,7 +22,7 @@ int run_logits(const LogitsArgs& a) {
   const std::vector<int32_t> ids = parse_ids(a.tokens);
   if (ids.empty()) fail("[logits] --tokens holds no ids");
   auto model = model_load(a.model);
-  auto be = make_backend(a.device, a.threads, a.fast_prefill);
+  auto be = make_backend(a.device, a.threads, a.fast_prefill, a.kv_dtype);
   const std::vector<float> logits = Generator(*model, *be).logits(ids, a.prefill_chunk);
   io::npy_write_f32(a.out, logits.data(), {int64_t(ids.size()), model->config().vocab});
   spdlog::info("wrote {} ([{}, {}] float32)", a.out, ids.size(), model->config().vocab);
@@ -37,7 +38,7 @@ Runner add_logits(CLI::App& app) {
   sc->add_option("--tokens", a->tokens, "Token ids, e.g. 1,2,3")->required();
   sc->add_option("-o,--out", a->out, "Output .npy path")->required();
   sc->add_option("-t,--threads", a->threads, "CPU threads (default: all)");
-  add_device_option(sc, a->device, a->fast_prefill);
+  add_device_option(sc, a->device, a->fast_prefill, a->kv_dtype);
   sc->add_option("--prefill-chunk", a->prefill_chunk, "Tokens per pass (0 = all); bitwise same");
   return [a] { return run_logits(*a); };
 }

@@ -18,6 +18,7 @@ namespace basalt::cli {
 namespace {
 
 struct PerplexityArgs {
+  std::string kv_dtype;  // --kv-cache-dtype
   std::string model, ref, file, device;
   int64_t ctx = 256, chunks = 0, prefill_chunk = 0;
   int threads = 0;
@@ -56,7 +57,7 @@ int run_perplexity(const PerplexityArgs& a) {
       fail("[perplexity] --ref {} has a vocabulary of {}, the model {}", model_label(a.ref),
            ref->config().vocab, V);
   }
-  auto be = make_backend(a.device, a.threads, a.fast_prefill);
+  auto be = make_backend(a.device, a.threads, a.fast_prefill, a.kv_dtype);
   Generator gen(*model, *be);
   std::unique_ptr<Generator> ref_gen;
   if (ref) ref_gen = std::make_unique<Generator>(*ref, *be);
@@ -121,11 +122,13 @@ Runner add_perplexity(CLI::App& app) {
   sc->add_option("-f,--file", a->file, "Text file")->required();
   sc->add_option("-c,--ctx", a->ctx, "Window size in tokens (default 256)");
   sc->add_option("--chunks", a->chunks, "At most this many windows (default: all)");
-  sc->add_option("--ref", a->ref, "Reference model for KL divergence and top-1 agreement ('embedded': the default model)");
+  sc->add_option(
+      "--ref", a->ref,
+      "Reference model for KL divergence and top-1 agreement ('embedded': the default model)");
   sc->add_option("-t,--threads", a->threads, "CPU threads (default: all)");
   sc->add_option("--prefill-chunk", a->prefill_chunk, "Tokens per pass (0 = all); bitwise same");
   sc->add_flag("--json", a->json, "One JSON object on stdout");
-  add_device_option(sc, a->device, a->fast_prefill);
+  add_device_option(sc, a->device, a->fast_prefill, a->kv_dtype);
   return [a] { return run_perplexity(*a); };
 }
 

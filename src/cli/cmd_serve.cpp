@@ -20,6 +20,7 @@ namespace basalt::cli {
 namespace {
 
 struct ServeArgs {
+  std::string kv_dtype;  // --kv-cache-dtype
   std::string model;
   server::ServerOptions opt;
   int64_t max_context = 0;
@@ -67,7 +68,7 @@ int run_serve(ServeArgs a) {
 
   auto model = model_load(a.model);
   auto tok = tok::tokenizer_from_checkpoint(model->checkpoint());
-  auto be = make_backend(a.device, a.threads, a.fast_prefill);
+  auto be = make_backend(a.device, a.threads, a.fast_prefill, a.kv_dtype);
   EngineConfig cfg;
   cfg.max_context = a.max_context;
   cfg.max_batch = a.parallel;
@@ -125,7 +126,7 @@ Runner add_serve(CLI::App& app) {
   sc->add_option("--served-model-name", a->opt.served_name,
                  "Model name in the API (default: the model's base name or basalt-default)");
   sc->add_option("-t,--threads", a->threads, "CPU threads (default: all)");
-  add_device_option(sc, a->device, a->fast_prefill);
+  add_device_option(sc, a->device, a->fast_prefill, a->kv_dtype);
   sc->add_option("--http-threads", a->opt.http_threads,
                  "HTTP worker threads, one per open connection (default 256)")
       ->check(CLI::Range(1, 4096));

@@ -39,8 +39,8 @@ int run_synth(const SynthArgs& a) {
     if (a.layers < 1 || a.layers > L)
       fail("[synth] --layers must be between 1 and {} for {}, got {}", L, a.preset, a.layers);
     c["num_hidden_layers"] = a.layers;
-    if (c.contains("layer_types")) c["layer_types"].erase(c["layer_types"].begin() + a.layers,
-                                                          c["layer_types"].end());
+    if (c.contains("layer_types"))
+      c["layer_types"].erase(c["layer_types"].begin() + a.layers, c["layer_types"].end());
     preset.name += "-" + std::to_string(a.layers) + "l";
   }
   if (gguf)

@@ -32,10 +32,14 @@ std::vector<int32_t> parse_ids(const std::string& s);
 // The backend --device names: "cpu", "cuda" / "cuda:N", or "" (auto: cuda when a Hopper GPU is
 // visible and basalt was built with CUDA, else cpu). Throws basalt::Error for anything else.
 // fast_prefill: CUDA only, not exact (cuBLAS for passes of more than 64 rows).
+// kv_dtype: --kv-cache-dtype: "" / "auto" (the backend's own: f32 on the CPU, bf16 on CUDA),
+// "f32", "bf16" or "fp8" (E4M3 with a scale per position and head); throws basalt::Error for a
+// name it does not know or a type the backend cannot keep.
 std::unique_ptr<Backend> make_backend(const std::string& device, int threads,
-                                      bool fast_prefill = false);
-// Registers --device and --fast-prefill on a subcommand.
-void add_device_option(CLI::App* sc, std::string& device, bool& fast_prefill);
+                                      bool fast_prefill = false, const std::string& kv_dtype = "");
+// Registers --device, --fast-prefill and --kv-cache-dtype on a subcommand.
+void add_device_option(CLI::App* sc, std::string& device, bool& fast_prefill,
+                       std::string& kv_dtype);
 // Human-readable model path for messages ("" is the embedded default model).
 std::string model_label(const std::string& path);
 

@@ -33,9 +33,33 @@ std::vector<int32_t> parse_ids(const std::string& s) {
   return ids;
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& device, int threads, bool fast_prefill) {
+namespace {
+std::unique_ptr<Backend> make_backend_on(const std::string& device, int threads, bool fast_prefill);
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& device, int threads, bool fast_prefill,
+                                      const std::string& kv_dtype) {
+  std::unique_ptr<Backend> be = make_backend_on(device, threads, fast_prefill);
+  if (kv_dtype.empty() || kv_dtype == "auto") return be;
+  DType t;
+  if (kv_dtype == "f32")
+    t = DType::F32;
+  else if (kv_dtype == "bf16")
+    t = DType::BF16;
+  else if (kv_dtype == "fp8")
+    t = DType::F8_E4M3;
+  else
+    fail("[cli] --kv-cache-dtype {}: expected auto, f32, bf16 or fp8", kv_dtype);
+  be->set_kv_dtype(t);
+  return be;
+}
+
+namespace {
+std::unique_ptr<Backend> make_backend_on(const std::string& device, int threads,
+                                         bool fast_prefill) {
   auto cpu_backend = [&] {
-    if (fast_prefill) spdlog::warn("--fast-prefill only changes the CUDA backend; the CPU runs exact");
+    if (fast_prefill)
+      spdlog::warn("--fast-prefill only changes the CUDA backend; the CPU runs exact");
     return cpu::make_cpu_backend(threads);
   };
   if (device == "cpu") return cpu_backend();
@@ -63,13 +87,19 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int threads, bo
 #endif
   fail("[cli] --device {}: expected cpu, cuda or cuda:N", device);
 }
+}  // namespace
 
-void add_device_option(CLI::App* sc, std::string& device, bool& fast_prefill) {
+void add_device_option(CLI::App* sc, std::string& device, bool& fast_prefill,
+                       std::string& kv_dtype) {
+  sc->add_option("--kv-cache-dtype", kv_dtype,
+                 "auto | f32 | bf16 | fp8: the KV cache's type (auto: f32 on the CPU, bf16 on "
+                 "CUDA; fp8: E4M3 with a scale per position and head)");
   sc->add_option("--device", device,
                  "cpu | cuda | cuda:N (default: cuda when a Hopper GPU is visible, else cpu)");
-  sc->add_flag("--fast-prefill", fast_prefill,
-               "CUDA: cuBLAS for prompt passes of more than 64 rows (faster, NOT exact: logits then "
-               "depend on the prefill chunking)");
+  sc->add_flag(
+      "--fast-prefill", fast_prefill,
+      "CUDA: cuBLAS for prompt passes of more than 64 rows (faster, NOT exact: logits then "
+      "depend on the prefill chunking)");
 }
 
 std::string model_label(const std::string& path) {

@@ -21,7 +21,8 @@ KvPool::KvPool(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t n
     storage_.alloc = [](size_t n) { return std::calloc(1, n); };
     storage_.free = [](void* p) { std::free(p); };
   }
-  layer_bytes_ = size_t(n_blocks * block_size * hkv_ * d_) * storage_.elem_bytes;
+  const size_t row = storage_.row_bytes ? storage_.row_bytes : size_t(d_) * storage_.elem_bytes;
+  layer_bytes_ = size_t(n_blocks * block_size * hkv_) * row;
   for (int64_t l = 0; l < n_layers; ++l) {
     k_.push_back(storage_.alloc(layer_bytes_));
     v_.push_back(storage_.alloc(layer_bytes_));
@@ -60,10 +61,9 @@ KvPool::~KvPool() {
 }
 
 size_t KvPool::bytes() const {
-  return 2 * k_.size() * layer_bytes_ +
-         size_t((state_.slots + state_.snapshots) * state_.layers *
-                (state_.conv_floats + state_.rec_floats)) *
-             sizeof(float);
+  return 2 * k_.size() * layer_bytes_ + size_t((state_.slots + state_.snapshots) * state_.layers *
+                                               (state_.conv_floats + state_.rec_floats)) *
+                                            sizeof(float);
 }
 
 uint64_t KvPool::hash_block(uint64_t parent, std::span<const int32_t> tokens) {

@@ -1,8 +1,8 @@
 // Paged KV cache: a pool of fixed-size blocks shared by every sequence, block tables per
 // sequence, and a prefix cache that finds full blocks already computed for the same tokens.
 //
-// Layout per layer (keys and values alike): [n_blocks, block_size, Hkv, D] of `elem_bytes`
-// each, in memory from a KvStorage (host by default; a backend's device memory for CUDA).
+// Layout per layer (keys and values alike): [n_blocks, block_size, Hkv] rows of `row_bytes`
+// (D elements of `elem_bytes`, or a backend's own row format, e.g. FP8 codes and scales), in memory from a KvStorage (host by default; a backend's device memory for CUDA).
 // A block is in one of three states: used (refcount > 0), cached (refcount 0 but holding a
 // known token prefix, evictable, least recently released first) or free.
 #pragma once
@@ -23,6 +23,7 @@ struct KvStorage {
   std::function<void*(size_t)> alloc;  // zero-filled
   std::function<void(void*)> free;
   size_t elem_bytes = 4;
+  size_t row_bytes = 0;  // bytes of one position of one KV head (0: D · elem_bytes)
 };
 
 // Per-sequence recurrent state next to the KV blocks (hybrid models: Gated-DeltaNet conv and

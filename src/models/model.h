@@ -99,8 +99,9 @@ class Model {
   const ModelWeights& weights() const { return w_; }  // as loaded (host memory)
   int64_t param_count() const;
   // Bytes one decode step must read: every weight matrix once, one embedding row, and the K/V
-  // of `context` positions (`kv_elem_bytes` per value). The numerator of the bandwidth roofline.
-  int64_t decode_bytes(int64_t context, size_t kv_elem_bytes = 4) const;
+  // of `context` positions (`kv_row_bytes` per position and KV head, keys and values each;
+  // 0: f32). The numerator of the bandwidth roofline.
+  int64_t decode_bytes(int64_t context, size_t kv_row_bytes = 0) const;
   // Floating-point operations of one token at position `context` (matmuls + attention).
   double token_flops(int64_t context) const;
   std::string weight_dtypes() const;  // e.g. "BF16 (matrices), F32 (norms)"

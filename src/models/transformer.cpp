@@ -74,10 +74,9 @@ int64_t weight_bytes(const WeightRef& w) {  // with the scales of the scaled for
 // `top_k` (a decode step reads that many distinct experts; counted as the average size).
 template <typename Fn>
 void for_each_read_matrix(const LayerWeights& L, int64_t top_k, Fn&& fn) {
-  for (const WeightRef* w : {&L.wq, &L.wq_gate, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up,
-                             &L.w_down, &L.gdn_qkv, &L.gdn_z, &L.gdn_b, &L.gdn_a, &L.gdn_out,
-                             &L.router, &L.shared_gate, &L.shared_up, &L.shared_down,
-                             &L.shared_router})
+  for (const WeightRef* w : {&L.wq, &L.wq_gate, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down,
+                             &L.gdn_qkv, &L.gdn_z, &L.gdn_b, &L.gdn_a, &L.gdn_out, &L.router,
+                             &L.shared_gate, &L.shared_up, &L.shared_down, &L.shared_router})
     if (w->data) fn(*w, 1.0);
   const double share = L.ex_gate.empty() ? 0.0 : double(top_k) / double(L.ex_gate.size());
   for (const auto* v : {&L.ex_gate, &L.ex_up, &L.ex_down})
@@ -85,18 +84,19 @@ void for_each_read_matrix(const LayerWeights& L, int64_t top_k, Fn&& fn) {
 }
 }  // namespace
 
-int64_t Model::decode_bytes(int64_t context, size_t kv_elem_bytes) const {
+int64_t Model::decode_bytes(int64_t context, size_t kv_row_bytes) const {
   const ModelConfig& c = cfg_;
   double b = double(weight_bytes(w_.lm_head) + weight_bytes(w_.embed) / c.vocab);
   for (const LayerWeights& L : w_.layers)
     for_each_read_matrix(L, c.moe.top_k,
                          [&](const WeightRef& w, double f) { b += f * double(weight_bytes(w)); });
   // Recurrent state (hybrid layers) is read and written once per token, in f32.
-  const int64_t state = (c.n_layers - c.n_attention_layers()) *
-                        (c.gdn.channels() * (c.gdn.conv_kernel - 1) +
-                         c.gdn.v_heads * c.gdn.k_dim * c.gdn.v_dim) * 4;
+  const int64_t state =
+      (c.n_layers - c.n_attention_layers()) *
+      (c.gdn.channels() * (c.gdn.conv_kernel - 1) + c.gdn.v_heads * c.gdn.k_dim * c.gdn.v_dim) * 4;
   return int64_t(b) + 2 * state +
-         2 * c.n_attention_layers() * context * c.n_kv_heads * c.head_dim * int64_t(kv_elem_bytes);
+         2 * c.n_attention_layers() * context * c.n_kv_heads *
+             int64_t(kv_row_bytes ? kv_row_bytes : size_t(c.head_dim) * 4);
 }
 
 double Model::token_flops(int64_t context) const {
@@ -128,7 +128,7 @@ std::unique_ptr<KvPool> Model::new_kv_pool(Backend& be, int64_t tokens, int64_t 
   KvStorage st;
   st.alloc = [&be](size_t n) { return be.alloc(n); };
   st.free = [&be](void* p) { be.dealloc(p); };
-  st.elem_bytes = dtype_bytes(be.kv_dtype(), 1);
+  st.row_bytes = be.kv_row_bytes(cfg_.head_dim);
   KvStateSpec state;
   const GdnConfig& g = cfg_.gdn;
   if (cfg_.n_attention_layers() < cfg_.n_layers) {
@@ -139,8 +139,7 @@ std::unique_ptr<KvPool> Model::new_kv_pool(Backend& be, int64_t tokens, int64_t 
     state.rec_floats = g.v_heads * g.k_dim * g.v_dim;
   }
   return std::make_unique<KvPool>(cfg_.n_attention_layers(), (tokens + block_size - 1) / block_size,
-                                  block_size, cfg_.n_kv_heads, cfg_.head_dim, std::move(st),
-                                  state);
+                                  block_size, cfg_.n_kv_heads, cfg_.head_dim, std::move(st), state);
 }
 
 void Model::check_backend(const Backend& be) const {
@@ -158,9 +157,8 @@ void Model::check_backend(const Backend& be) const {
     fail("[model] backend '{}' cannot run mixture-of-experts layers ({})", be.name(),
          cfg_.hf_class);
   for (size_t l = 0; l < w_.layers.size(); ++l)
-    for_each_read_matrix(w_.layers[l], 1, [&](const WeightRef& w, double) {
-      check(w, fmt::format("layer {}", l));
-    });
+    for_each_read_matrix(w_.layers[l], 1,
+                         [&](const WeightRef& w, double) { check(w, fmt::format("layer {}", l)); });
 }
 
 void Model::bind(Backend& be) {
@@ -210,7 +208,7 @@ void Model::bind(Backend& be) {
 memory::Program Model::scratch_program(const Backend& be, int64_t T, int64_t rows) const {
   const ModelConfig& c = cfg_;
   const GdnConfig& g = c.gdn;
-  const bool hybrid = c.n_attention_layers() < c.n_layers, moe = c.moe.n_experts > 0;
+  const bool hybrid = c.n_attention_layers()<c.n_layers, moe = c.moe.n_experts> 0;
   bool dense = false;
   for (int64_t l = 0; l < c.n_layers; ++l) dense = dense || !c.is_moe(l);
   const int64_t E = c.hidden, HD = c.n_heads * c.head_dim, KD = c.n_kv_heads * c.head_dim,
@@ -231,8 +229,10 @@ memory::Program Model::scratch_program(const Backend& be, int64_t T, int64_t row
             v = p.value("v", n(T, KD, f32));
   if (c.attn_output_gate) dies_at_7.push_back(p.value("qgate", n(T, HD, f32)));
   if (hybrid) {
-    for (auto [name, w] : {std::pair{"mix", g.channels()}, {"z", g.value_dim()},
-                           {"gb", g.v_heads}, {"ga", g.v_heads}})
+    for (auto [name, w] : {std::pair{"mix", g.channels()},
+                           {"z", g.value_dim()},
+                           {"gb", g.v_heads},
+                           {"ga", g.v_heads}})
       dies_at_7.push_back(p.value(name, n(T, w, f32)));
   }
   p.op();  // 4 q/k norm, rope
@@ -286,21 +286,29 @@ void Model::ensure_scratch(Backend& be, int64_t T, int64_t rows) {
   const memory::Plan plan = memory::plan(prog.values());
   s.arena = be.alloc(plan.peak);
   s.logits = nullptr;
-  const std::map<std::string, void**> slot = {
-      {"x", reinterpret_cast<void**>(&s.x)},         {"o", reinterpret_cast<void**>(&s.o)},
-      {"cos", reinterpret_cast<void**>(&s.cos)},     {"sin", reinterpret_cast<void**>(&s.sin)},
-      {"xn", &s.xn},                                 {"q", reinterpret_cast<void**>(&s.q)},
-      {"k", reinterpret_cast<void**>(&s.k)},         {"v", reinterpret_cast<void**>(&s.v)},
-      {"att", &s.att},                               {"gate", reinterpret_cast<void**>(&s.gate)},
-      {"up", reinterpret_cast<void**>(&s.up)},       {"act", &s.act},
-      {"argmax", reinterpret_cast<void**>(&s.argmax)},
-      {"logits", reinterpret_cast<void**>(&s.logits)},
-      {"qgate", reinterpret_cast<void**>(&s.qgate)}, {"mix", reinterpret_cast<void**>(&s.mix)},
-      {"z", reinterpret_cast<void**>(&s.z)},         {"gb", reinterpret_cast<void**>(&s.gb)},
-      {"ga", reinterpret_cast<void**>(&s.ga)},       {"gout", reinterpret_cast<void**>(&s.gout)},
-      {"rlog", reinterpret_cast<void**>(&s.rlog)},
-      {"shared", reinterpret_cast<void**>(&s.shared)},
-      {"sgate", reinterpret_cast<void**>(&s.sgate)}};
+  const std::map<std::string, void**> slot = {{"x", reinterpret_cast<void**>(&s.x)},
+                                              {"o", reinterpret_cast<void**>(&s.o)},
+                                              {"cos", reinterpret_cast<void**>(&s.cos)},
+                                              {"sin", reinterpret_cast<void**>(&s.sin)},
+                                              {"xn", &s.xn},
+                                              {"q", reinterpret_cast<void**>(&s.q)},
+                                              {"k", reinterpret_cast<void**>(&s.k)},
+                                              {"v", reinterpret_cast<void**>(&s.v)},
+                                              {"att", &s.att},
+                                              {"gate", reinterpret_cast<void**>(&s.gate)},
+                                              {"up", reinterpret_cast<void**>(&s.up)},
+                                              {"act", &s.act},
+                                              {"argmax", reinterpret_cast<void**>(&s.argmax)},
+                                              {"logits", reinterpret_cast<void**>(&s.logits)},
+                                              {"qgate", reinterpret_cast<void**>(&s.qgate)},
+                                              {"mix", reinterpret_cast<void**>(&s.mix)},
+                                              {"z", reinterpret_cast<void**>(&s.z)},
+                                              {"gb", reinterpret_cast<void**>(&s.gb)},
+                                              {"ga", reinterpret_cast<void**>(&s.ga)},
+                                              {"gout", reinterpret_cast<void**>(&s.gout)},
+                                              {"rlog", reinterpret_cast<void**>(&s.rlog)},
+                                              {"shared", reinterpret_cast<void**>(&s.shared)},
+                                              {"sgate", reinterpret_cast<void**>(&s.sgate)}};
   for (size_t i = 0; i < prog.values().size(); ++i)
     *slot.at(prog.values()[i].name) = static_cast<char*>(s.arena) + plan.offsets[i];
   s.be = &be;
@@ -350,7 +358,7 @@ void Model::attention_block(Backend& be, KvPool& pool, const BoundLayer& L, int6
   be.rope(s.k, T, Hkv, D, c.rope.dim, s.cos, s.sin, c.rope.style);
   // This pass's K/V rows go into the cache before attention reads them.
   const int64_t kl = L.cache_layer;
-  be.kv_write(s.k, s.v, pool.k(kl), pool.v(kl), Hkv * D);
+  be.kv_write(s.k, s.v, pool.k(kl), pool.v(kl), Hkv, D);
   AttentionArgs a;
   a.q = s.q;
   a.out = s.att;
@@ -360,6 +368,7 @@ void Model::attention_block(Backend& be, KvPool& pool, const BoundLayer& L, int6
   a.block_tables = tables_.data();
   a.pos = pos_.data();
   a.scale = scale;
+  a.kv = be.kv_dtype();
   be.attention(a);
   if (L.wq_gate.data) be.sigmoid_mul(s.att, s.qgate, T * H * D);
   be.matmul(s.att, T, L.wo, s.o);

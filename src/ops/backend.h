@@ -70,6 +70,10 @@ struct PassRows {
 // block table is block_tables[t]; it sits at position pos[t] and attends to keys 0..pos[t]
 // (its own key included: K/V rows of the pass are written to the cache first). block_tables
 // and pos are the pass's host arrays (PassRows); a device backend uses its own copies.
+// KV cache element types: the backend's native one (f32 on the CPU, bf16 on CUDA), or
+// F8_E4M3 with an f32 scale per (position, KV head): k ≈ e4m3(code) · s, s = amax / 448 of
+// that head's D values (1 when all are 0), codes e4m3(k / s) rounded to nearest even. An
+// F8_E4M3 block holds the codes [block_size, Hkv, D] then the scales [block_size, Hkv].
 struct AttentionArgs {
   const float* q = nullptr;  // [T, H, D] f32
   void* out = nullptr;       // [T, H, D] act_dtype
@@ -79,6 +83,7 @@ struct AttentionArgs {
   const int32_t* const* block_tables = nullptr;  // [T] → the row's block ids
   const int64_t* pos = nullptr;                  // [T]
   float scale = 1.0f;
+  DType kv = DType::F32;  // the cache's element type (the backend's kv_dtype())
 
   // Where key/value j of row t starts (host backends: f32 cache).
   const float* key(int64_t t, int64_t j) const {
@@ -90,6 +95,18 @@ struct AttentionArgs {
   int64_t kv_offset(int64_t t, int64_t j) const {
     return (int64_t(block_tables[t][j / block_size]) * block_size + j % block_size) * Hkv * D;
   }
+  // F8_E4M3 caches: head hk of key/value j of row t: its D codes and its scale.
+  const uint8_t* fp8_codes(const void* base, int64_t t, int64_t j, int64_t hk) const {
+    return static_cast<const uint8_t*>(base) + fp8_block(t, j) + ((j % block_size) * Hkv + hk) * D;
+  }
+  float fp8_scale(const void* base, int64_t t, int64_t j, int64_t hk) const {
+    const auto* s = reinterpret_cast<const float*>(static_cast<const uint8_t*>(base) +
+                                                   fp8_block(t, j) + block_size * Hkv * D);
+    return s[(j % block_size) * Hkv + hk];
+  }
+  int64_t fp8_block(int64_t t, int64_t j) const {
+    return int64_t(block_tables[t][j / block_size]) * block_size * Hkv * (D + 4);
+  }
 };
 
 // Mixture-of-experts feed-forward (Qwen3-MoE family), routing included. Per row t: p =
@@ -99,9 +116,9 @@ struct AttentionArgs {
 // summed in rank order k = 0, 1, …. Each expert's products are matmuls of this backend, so a
 // row's result does not depend on which other rows share the pass.
 struct MoeArgs {
-  const void* x = nullptr;         // [T, E] act_dtype (the normed input)
-  const float* router = nullptr;   // [T, n_experts] router logits
-  float* out = nullptr;            // [T, E] f32, overwritten
+  const void* x = nullptr;        // [T, E] act_dtype (the normed input)
+  const float* router = nullptr;  // [T, n_experts] router logits
+  float* out = nullptr;           // [T, E] f32, overwritten
   int64_t T = 0, E = 0, F = 0, n_experts = 0, top_k = 0;
   bool norm_topk = false;
   const WeightRef* gate = nullptr;  // [n_experts] expert matrices, each [F, E]
@@ -121,9 +138,9 @@ struct MoeArgs {
 // with S_h [Dk, Dv] f32 in rec_state. The recurrence runs token by token for every T, so the
 // result of a position never depends on how the prompt was chunked.
 struct GdnArgs {
-  const float* qkv = nullptr;  // [T, C] projections (conv input)
-  const float* b = nullptr;    // [T, Hv] beta logits
-  const float* a = nullptr;    // [T, Hv] decay logits
+  const float* qkv = nullptr;      // [T, C] projections (conv input)
+  const float* b = nullptr;        // [T, Hv] beta logits
+  const float* a = nullptr;        // [T, Hv] decay logits
   const float* conv_w = nullptr;   // [C, K]
   const float* A_log = nullptr;    // [Hv]
   const float* dt_bias = nullptr;  // [Hv]
@@ -160,6 +177,13 @@ class Backend {
   virtual const float* prepare_vector(const float* data, int64_t n) = 0;
   virtual DType act_dtype() const = 0;  // matmul inputs
   virtual DType kv_dtype() const = 0;   // the KV cache
+  // Chooses the KV cache type before any pool is made: the native one or F8_E4M3 (see
+  // AttentionArgs); throws basalt::Error for a type this backend cannot keep.
+  virtual void set_kv_dtype(DType t);
+  // Bytes of one position of one KV head in the cache (F8_E4M3: D codes and the f32 scale).
+  size_t kv_row_bytes(int64_t D) const {
+    return kv_dtype() == DType::F8_E4M3 ? size_t(D) + 4 : dtype_bytes(kv_dtype(), D);
+  }
   // KV block sizes must be a multiple of this (e.g. the attention chunk on CUDA).
   virtual int64_t kv_block_multiple() const { return 1; }
   // Peak bytes of backend memory in use since creation (weights, KV, scratch).
@@ -191,10 +215,10 @@ class Backend {
                     const float* sin, RopeStyle style) = 0;
   // y[t, i] += b[i]   (y [T, n])
   virtual void add_bias(float* y, const float* b, int64_t T, int64_t n) = 0;
-  // Writes the pass's K/V rows k, v f32 [T, Hkv·D] into one layer's cache at the rows'
+  // Writes the pass's K/V rows k, v f32 [T, Hkv, D] into one layer's cache at the rows'
   // positions (block tables of the pass), converting to kv_dtype.
-  virtual void kv_write(const float* k, const float* v, void* k_cache, void* v_cache,
-                        int64_t row) = 0;
+  virtual void kv_write(const float* k, const float* v, void* k_cache, void* v_cache, int64_t Hkv,
+                        int64_t D) = 0;
   // Causal GQA attention of T query rows over the paged KV cache.
   virtual void attention(const AttentionArgs& a) = 0;
   // out[i] = silu(gate[i]) * up[i]   (gate, up f32; out act_dtype)
@@ -216,8 +240,8 @@ class Backend {
   virtual void moe(const MoeArgs& m);
   virtual void gdn(const GdnArgs& g);
   // y[r, :] = rmsnorm(x[r, :]) · w · silu(z[r, :])   (rows × n; x, z f32; y act_dtype).
-  virtual void gated_rmsnorm(const float* x, const float* z, const float* w, void* y,
-                             int64_t rows, int64_t n, float eps);
+  virtual void gated_rmsnorm(const float* x, const float* z, const float* w, void* y, int64_t rows,
+                             int64_t n, float eps);
 
   uint64_t id() const { return id_; }  // unique per backend object (never reused)
 
@@ -240,7 +264,8 @@ class HostBackend : public Backend {
   WeightRef prepare_weight(const WeightRef& w) override { return w; }
   const float* prepare_vector(const float* data, int64_t) override { return data; }
   DType act_dtype() const override { return DType::F32; }
-  DType kv_dtype() const override { return DType::F32; }
+  DType kv_dtype() const override { return kv_; }
+  void set_kv_dtype(DType t) override;  // F32 or F8_E4M3
   size_t peak_bytes() const override { return peak_; }
 
   void begin_pass(const PassRows& rows) override { rows_ = rows; }
@@ -250,7 +275,8 @@ class HostBackend : public Backend {
   void embedding(const WeightRef& table, float* out) override;
   void rope_angles(const float* inv_freq, int64_t half, float* cos, float* sin) override;
   void add_bias(float* y, const float* b, int64_t T, int64_t n) override;
-  void kv_write(const float* k, const float* v, void* k_cache, void* v_cache, int64_t row) override;
+  void kv_write(const float* k, const float* v, void* k_cache, void* v_cache, int64_t Hkv,
+                int64_t D) override;
   void argmax_rows(const float* x, int64_t rows, int64_t n, int32_t* out) override;
   bool supports_hybrid() const override { return true; }
   bool supports_moe() const override { return true; }
@@ -265,6 +291,7 @@ class HostBackend : public Backend {
 
  protected:
   PassRows rows_;
+  DType kv_ = DType::F32;
 
  private:
   size_t live_ = 0, peak_ = 0;

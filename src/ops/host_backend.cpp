@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "ops/backend.h"
 #include "ops/ref/ref_ops.h"
+#include "ops/ref/scaled.h"
 
 namespace basalt {
 
@@ -24,11 +25,27 @@ void Backend::sigmoid_mul(void*, const float*, int64_t) {
 void Backend::gated_add(float*, const float*, const float*, int64_t, int64_t) {
   fail("[{}] gated_add is not implemented", name());
 }
-void Backend::moe(const MoeArgs&) { fail("[{}] moe is not implemented", name()); }
-void Backend::gdn(const GdnArgs&) { fail("[{}] gdn is not implemented", name()); }
+void Backend::moe(const MoeArgs&) {
+  fail("[{}] moe is not implemented", name());
+}
+void Backend::gdn(const GdnArgs&) {
+  fail("[{}] gdn is not implemented", name());
+}
 void Backend::gated_rmsnorm(const float*, const float*, const float*, void*, int64_t, int64_t,
                             float) {
   fail("[{}] gated_rmsnorm is not implemented", name());
+}
+
+void Backend::set_kv_dtype(DType t) {
+  if (t != kv_dtype())
+    fail("[{}] cannot keep the KV cache in {} (it keeps {})", name(), dtype_name(t),
+         dtype_name(kv_dtype()));
+}
+
+void HostBackend::set_kv_dtype(DType t) {
+  if (t != DType::F32 && t != DType::F8_E4M3)
+    fail("[{}] cannot keep the KV cache in {} (f32 or fp8)", name(), dtype_name(t));
+  kv_ = t;
 }
 
 void Backend::copy(void* dst, const void* src, size_t bytes) {
@@ -67,7 +84,9 @@ void HostBackend::upload(void* dst, const void* src, size_t bytes) {
 void HostBackend::download(void* dst, const void* src, size_t bytes) {
   std::memcpy(dst, src, bytes);
 }
-void HostBackend::copy(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
+void HostBackend::copy(void* dst, const void* src, size_t bytes) {
+  std::memmove(dst, src, bytes);
+}
 
 void HostBackend::add_rmsnorm(float* x, const float* delta, const float* w, void* y, int64_t rows,
                               int64_t n, float eps) {
@@ -100,10 +119,22 @@ void HostBackend::add_bias(float* y, const float* b, int64_t T, int64_t n) {
 }
 
 void HostBackend::kv_write(const float* k, const float* v, void* k_cache, void* v_cache,
-                           int64_t row) {
-  const int64_t bs = rows_.block_size;
+                           int64_t Hkv, int64_t D) {
+  const int64_t bs = rows_.block_size, row = Hkv * D;
   for (int64_t t = 0; t < rows_.T; ++t) {
     const int64_t p = rows_.pos[t];
+    if (kv_ == DType::F8_E4M3) {  // codes and a scale per head (AttentionArgs)
+      const int64_t blk = int64_t(rows_.tables[t][p / bs]) * bs * Hkv * (D + 4);
+      for (auto [src, dst] : {std::pair{k, k_cache}, std::pair{v, v_cache}}) {
+        auto* base = static_cast<uint8_t*>(dst) + blk;
+        auto* scales = reinterpret_cast<float*>(base + bs * Hkv * D);
+        for (int64_t h = 0; h < Hkv; ++h) {
+          const int64_t r = (p % bs) * Hkv + h;
+          scales[r] = ref::kv_fp8_encode(src + t * row + h * D, D, base + r * D);
+        }
+      }
+      continue;
+    }
     const int64_t off = (int64_t(rows_.tables[t][p / bs]) * bs + p % bs) * row;
     std::memcpy(static_cast<float*>(k_cache) + off, k + t * row, size_t(row) * sizeof(float));
     std::memcpy(static_cast<float*>(v_cache) + off, v + t * row, size_t(row) * sizeof(float));

@@ -117,12 +117,14 @@ class Bf16Cpu final : public Backend {
   void add_bias(float* y, const float* b, int64_t T, int64_t n) override {
     in_->add_bias(y, b, T, n);
   }
-  void kv_write(const float* k, const float* v, void* kc, void* vc, int64_t row) override {
+  void kv_write(const float* k, const float* v, void* kc, void* vc, int64_t Hkv,
+                int64_t D) override {
+    const int64_t row = Hkv * D;
     kb_.assign(k, k + T_ * row);
     vb_.assign(v, v + T_ * row);
     round(kb_.data(), int64_t(kb_.size()));
     round(vb_.data(), int64_t(vb_.size()));
-    in_->kv_write(kb_.data(), vb_.data(), kc, vc, row);
+    in_->kv_write(kb_.data(), vb_.data(), kc, vc, Hkv, D);
   }
   void attention(const AttentionArgs& a) override {
     in_->attention(a);

@@ -54,12 +54,22 @@ class CpuBackend final : public HostBackend {
     pool_.parallel_for(a.T * a.H, [&](int64_t task) {
       const int64_t t = task / a.H, h = task % a.H, hk = h / group;
       const int64_t n_keys = a.pos[t] + 1;
-      thread_local std::vector<float> s;
+      thread_local std::vector<float> s, row;
       if (s.size() < size_t(n_keys)) s.resize(size_t(n_keys));
+      row.resize(size_t(a.D));
+      const bool fp8 = a.kv == DType::F8_E4M3;  // as ref::attention: scales after the sums
+      auto decode = [&](const void* base, int64_t j) {
+        const uint8_t* c = a.fp8_codes(base, t, j, hk);
+        for (int64_t i = 0; i < a.D; ++i) row[size_t(i)] = fp8_e4m3_to_f32(c[i]);
+        return row.data();
+      };
       const float* q = a.q + (t * a.H + h) * a.D;
       float m = -INFINITY;
       for (int64_t j = 0; j < n_keys; ++j) {
-        s[size_t(j)] = dot_f32(q, a.key(t, j) + hk * a.D, a.D) * a.scale;
+        if (fp8)
+          s[size_t(j)] = dot_f32(q, decode(a.k, j), a.D) * a.fp8_scale(a.k, t, j, hk) * a.scale;
+        else
+          s[size_t(j)] = dot_f32(q, a.key(t, j) + hk * a.D, a.D) * a.scale;
         m = std::max(m, s[size_t(j)]);
       }
       float sum = 0.0f;
@@ -69,7 +79,12 @@ class CpuBackend final : public HostBackend {
       }
       float* o = static_cast<float*>(a.out) + (t * a.H + h) * a.D;
       std::fill(o, o + a.D, 0.0f);
-      for (int64_t j = 0; j < n_keys; ++j) axpy_f32(o, s[size_t(j)], a.value(t, j) + hk * a.D, a.D);
+      for (int64_t j = 0; j < n_keys; ++j) {
+        if (fp8)
+          axpy_f32(o, s[size_t(j)] * a.fp8_scale(a.v, t, j, hk), decode(a.v, j), a.D);
+        else
+          axpy_f32(o, s[size_t(j)], a.value(t, j) + hk * a.D, a.D);
+      }
       const float inv = 1.0f / sum;
       for (int64_t i = 0; i < a.D; ++i) o[i] *= inv;
     });

@@ -356,8 +356,9 @@ class CudaBackend final : public Backend {
   void add_bias(float* y, const float* b, int64_t T, int64_t n) override {
     op("add_bias", 0, 0, [&] { return cuda::add_bias(y, b, T, n, stream_); });
   }
-  void kv_write(const float* k, const float* v, void* k_cache, void* v_cache,
-                int64_t row) override {
+  void kv_write(const float* k, const float* v, void* k_cache, void* v_cache, int64_t Hkv,
+                int64_t D) override {
+    const int64_t row = Hkv * D;
     op("kv_write", 0, 0, [&] {
       return cuda::kv_write(k, v, d_slots_, T_, row, static_cast<bf16_bits*>(k_cache),
                             static_cast<bf16_bits*>(v_cache), stream_);

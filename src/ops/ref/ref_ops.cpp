@@ -118,8 +118,17 @@ void rope(float* x, int64_t T, int64_t heads, int64_t D, int64_t rot, const floa
   }
 }
 
+// F8_E4M3 caches: a score is (Σ q·e4m3(k)) · s_k · scale and a value row is weighted by
+// e_j · s_v, so the codes enter the sums exactly and each scale costs one multiply.
 void attention(const AttentionArgs& a) {
   const int64_t group = a.H / a.Hkv;
+  const bool fp8 = a.kv == DType::F8_E4M3;
+  std::vector<float> row(static_cast<size_t>(a.D));
+  auto decode = [&](const void* base, int64_t t, int64_t j, int64_t hk) {
+    const uint8_t* c = a.fp8_codes(base, t, j, hk);
+    for (int64_t i = 0; i < a.D; ++i) row[size_t(i)] = fp8_e4m3_to_f32(c[i]);
+    return row.data();
+  };
   for (int64_t t = 0; t < a.T; ++t) {
     const int64_t n_keys = a.pos[t] + 1;
     std::vector<float> s(static_cast<size_t>(n_keys));
@@ -128,9 +137,10 @@ void attention(const AttentionArgs& a) {
       const float* q = a.q + (t * a.H + h) * a.D;
       float m = -INFINITY;
       for (int64_t j = 0; j < n_keys; ++j) {
-        const float* k = a.key(t, j) + hk * a.D;
+        const float* k = fp8 ? decode(a.k, t, j, hk) : a.key(t, j) + hk * a.D;
         float d = 0.0f;
         for (int64_t i = 0; i < a.D; ++i) d += q[i] * k[i];
+        if (fp8) d *= a.fp8_scale(a.k, t, j, hk);
         s[size_t(j)] = d * a.scale;
         m = std::max(m, s[size_t(j)]);
       }
@@ -142,8 +152,9 @@ void attention(const AttentionArgs& a) {
       float* o = static_cast<float*>(a.out) + (t * a.H + h) * a.D;
       for (int64_t i = 0; i < a.D; ++i) o[i] = 0.0f;
       for (int64_t j = 0; j < n_keys; ++j) {
-        const float* v = a.value(t, j) + hk * a.D;
-        for (int64_t i = 0; i < a.D; ++i) o[i] += s[size_t(j)] * v[i];
+        const float* v = fp8 ? decode(a.v, t, j, hk) : a.value(t, j) + hk * a.D;
+        const float w = fp8 ? s[size_t(j)] * a.fp8_scale(a.v, t, j, hk) : s[size_t(j)];
+        for (int64_t i = 0; i < a.D; ++i) o[i] += w * v[i];
       }
       const float inv = 1.0f / sum;
       for (int64_t i = 0; i < a.D; ++i) o[i] *= inv;
@@ -163,9 +174,15 @@ void add(float* y, const float* x, int64_t n) {
 }
 
 namespace {
-float silu(float x) { return x / (1.0f + std::exp(-x)); }
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }  // torch's threshold
+float silu(float x) {
+  return x / (1.0f + std::exp(-x));
+}
+float sigmoid(float x) {
+  return 1.0f / (1.0f + std::exp(-x));
+}
+float softplus(float x) {
+  return x > 20.0f ? x : std::log1p(std::exp(x));
+}  // torch's threshold
 }  // namespace
 
 void moe_route(const float* logits, int64_t n_experts, int64_t top_k, bool norm, int32_t* ids,

@@ -118,4 +118,10 @@ void quantize_fp8_block(const float* x, int64_t N, int64_t K, int64_t B, uint8_t
     }
 }
 
+float kv_fp8_encode(const float* x, int64_t D, uint8_t* codes) {
+  float s;
+  quantize_fp8_tensor(x, D, codes, &s);
+  return s;
+}
+
 }  // namespace basalt::ref

@@ -46,4 +46,8 @@ void quantize_fp8_tensor(const float* x, int64_t n, uint8_t* q, float* s);
 // x [N, K] → q [N, K] e4m3, s [ceil(N/B), ceil(K/B)] f32.
 void quantize_fp8_block(const float* x, int64_t N, int64_t K, int64_t B, uint8_t* q, float* s);
 
+// One head's D values of a KV row into an F8_E4M3 cache (AttentionArgs): codes[i] =
+// e4m3(x[i] / s), returns s = amax / 448 (1 if all are 0).
+float kv_fp8_encode(const float* x, int64_t D, uint8_t* codes);
+
 }  // namespace basalt::ref
