@@ -15,6 +15,7 @@
 #include "io/checkpoint.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
+#include "io/safetensors_write.h"
 #include "models/hf_quant_export.h"
 #include "models/model.h"
 #include "ops/ref/ref_ops.h"
@@ -202,6 +203,94 @@ TEST(ScaledFixtures, QuantizeWritesTheScriptsBytes) {
       EXPECT_TRUE(same_bytes(*g, t.data, t.nbytes)) << name;
     }
   }
+}
+
+// The dequantised twin of a quantised directory: every scaled matrix written back as f32
+// (ops/ref/scaled.h), the scale tensors dropped, the quantisation config removed.
+void write_dequantised(const std::string& qdir, const std::string& out) {
+  const io::Checkpoint ck = io::checkpoint_open(qdir);
+  const io::TensorStore& ts = ck.tensors;
+  std::vector<io::TensorToWrite> tensors;
+  auto f32s = std::make_shared<std::vector<std::vector<float>>>();
+  for (const auto& [name, t] : ts.all()) {
+    if (name.ends_with(".weight_scale") || name.ends_with(".weight_scale_2") ||
+        name.ends_with(".input_scale") || name.ends_with(".weight_scale_inv"))
+      continue;
+    const std::string base = name.substr(0, name.size() - 7);
+    io::TensorToWrite w;
+    w.name = name;
+    w.shape = t.shape;
+    if (t.dtype == DType::U8 || t.dtype == DType::F8_E4M3) {
+      const int64_t N = t.shape[0], K = t.dtype == DType::U8 ? 2 * t.shape[1] : t.shape[1];
+      WeightRef r{t.dtype == DType::U8 ? DType::NVFP4 : DType::F8_E4M3, N, K, t.data};
+      std::vector<float> grid;
+      if (t.dtype == DType::U8) {
+        r.scales = ts.get(base + ".weight_scale").data;
+        r.scale = floats(ts.get(base + ".weight_scale_2"))[0];
+      } else if (const TensorView* inv = ts.find(base + ".weight_scale_inv")) {
+        grid = floats(*inv);
+        r.scales = grid.data();
+        r.scale_block = 128;
+      } else {
+        r.scale = floats(ts.get(base + ".weight_scale"))[0];
+      }
+      std::vector<float> v(size_t(N * K));
+      for (int64_t n = 0; n < N; ++n) ref::scaled_dequant_row(r, n, v.data() + n * K);
+      f32s->push_back(std::move(v));
+      w.dtype = DType::F32;
+      w.shape = {N, K};
+    } else {
+      f32s->push_back(floats(t));
+      w.dtype = DType::F32;
+    }
+    const float* p = f32s->back().data();
+    w.fill = [p, f32s](int64_t first, int64_t count, uint8_t* dst) {
+      std::memcpy(dst, p + first, size_t(count) * 4);
+    };
+    tensors.push_back(std::move(w));
+  }
+  fs::create_directories(out);
+  io::safetensors_write(out + "/model.safetensors", std::move(tensors));
+  json cfg = ck.config;
+  cfg.erase("quantization_config");
+  std::ofstream(out + "/config.json") << cfg.dump(2);
+  std::ofstream(out + "/generation_config.json") << ck.generation_config.dump(2);
+}
+
+// `basalt quantize` on the hybrid and MoE golden models (regrouped q/gate and Qwen3-Next's
+// interleaved projections moving with their scales, per-expert matrices, Gated-DeltaNet
+// projections): the quantised model computes the function of its dequantised twin.
+TEST(ScaledFixtures, QuantisedHybridAndMoeModelsMatchTheirDequantisedTwins) {
+  test::TempDir tmp;
+  auto cpu = cpu::make_cpu_backend(2);
+  for (const char* src : {"qwen3_5", "qwen3_next", "qwen3_5_moe", "qwen3_moe"})
+    for (HfQuantTarget target :
+         {HfQuantTarget::Nvfp4, HfQuantTarget::Fp8, HfQuantTarget::Fp8Block}) {
+      const std::string q = tmp.str() + "/" + src + std::to_string(int(target)), d = q + "_deq";
+      SCOPED_TRACE(q);
+      hf_quant_write(io::checkpoint_open(test::source_dir() + "/tests/golden/" + src), target, q, 2,
+                     nullptr);
+      write_dequantised(q, d);
+      auto mq = model_load(q), md = model_load(d);
+      int scaled = 0;
+      for (const auto& L : mq->weights().layers) {
+        for (const WeightRef* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.wq_gate, &L.w_gate, &L.w_up,
+                                   &L.w_down, &L.gdn_qkv, &L.gdn_z, &L.gdn_out, &L.shared_up})
+          scaled += ref::is_scaled(*w);
+        for (const WeightRef& w : L.ex_up) scaled += ref::is_scaled(w);
+      }
+      EXPECT_GT(scaled, 2);
+      const int64_t V = mq->config().vocab;
+      std::vector<int32_t> ids(40);
+      for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7919 + 13) % V);
+      const auto a = Generator(*mq, *cpu).logits(ids, 0), b = Generator(*md, *cpu).logits(ids, 0);
+      float max_ref = 0, err = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        max_ref = std::max(max_ref, std::fabs(b[i]));
+        err = std::max(err, std::fabs(a[i] - b[i]));
+      }
+      EXPECT_LE(err, 1e-4f * max_ref);
+    }
 }
 
 }  // namespace
