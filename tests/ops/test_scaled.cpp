@@ -212,5 +212,32 @@ TEST(ScaledMatmul, CpuIsFactorTimesInnerMatmulAndIndependentOfT) {
     }
 }
 
+// Every finite E4M3 code and every E2M1 code through the CPU kernels' in-register decoders:
+// one-hot rows of x pick single weights out.
+TEST(ScaledMatmul, CpuDecodesEveryCode) {
+  auto be = cpu::make_cpu_backend(1);
+  std::vector<uint8_t> q;
+  for (int c = 0; c < 256; ++c)
+    if ((c & 0x7f) != 0x7f) q.push_back(uint8_t(c));
+  const int64_t K = int64_t(q.size());  // 254: vector steps and a scalar tail
+  std::vector<float> x(size_t(K * K), 0.0f), y(static_cast<size_t>(K));
+  for (int64_t k = 0; k < K; ++k) x[size_t(k * K + k)] = 1.0f;
+  WeightRef w{DType::F8_E4M3, 1, K, q.data()};
+  be->matmul(x.data(), K, w, y.data());
+  for (int64_t k = 0; k < K; ++k) ASSERT_EQ(y[size_t(k)], fp8_e4m3_to_f32(q[size_t(k)])) << k;
+
+  const int64_t K4 = 64;  // codes 0..15 four times, four groups with different scales
+  std::vector<uint8_t> p(size_t(K4 / 2)), S = {0x38, 0x01, 0x7e, 0x41};
+  for (int64_t k = 0; k < K4; k += 2) p[size_t(k / 2)] = uint8_t((k % 16) | ((k + 1) % 16) << 4);
+  std::vector<float> x4(size_t(K4 * K4), 0.0f), y4(static_cast<size_t>(K4));
+  for (int64_t k = 0; k < K4; ++k) x4[size_t(k * K4 + k)] = 1.0f;
+  WeightRef w4{DType::NVFP4, 1, K4, p.data()};
+  w4.scales = S.data();
+  be->matmul(x4.data(), K4, w4, y4.data());
+  for (int64_t k = 0; k < K4; ++k)
+    ASSERT_EQ(y4[size_t(k)], fp4_e2m1_to_f32(uint8_t(k % 16)) * fp8_e4m3_to_f32(S[size_t(k / 16)]))
+        << k;
+}
+
 }  // namespace
 }  // namespace basalt

@@ -112,25 +112,87 @@ HWY_INLINE void MatmulT(const float* x, int64_t T, int64_t K, int64_t n0, int64_
   }
 }
 
-// Scaled formats (ops/ref/scaled.h): y[t, n] = factor(n) · Σ_k inner(n, k) · x[t, k]. Four
-// rows' inner values are decoded to f32 (the reference decoder, so bit-identical to it), the
-// dot products run through Tile exactly as for F32 weights, then each column is multiplied by
-// its factor: the same arithmetic for every T.
+// Scaled formats (ops/ref/scaled.h): y[t, n] = factor(n) · Σ_k inner(n, k) · x[t, k]. The inner
+// values are decoded in registers (table gathers: E4M3 codes through a 256-entry table, E2M1
+// through a 16-entry one times the group's E4M3 scale) with the products ref::scaled_inner_row
+// forms, fed to Tile exactly as F32 weights, and each column is then multiplied by its factor:
+// the same arithmetic for every T. A vector step never straddles an NVFP4 group (16) or an FP8
+// block (a multiple of 16): lanes ≤ 16 and steps start at multiples of the lane count.
+struct ScaledTables {
+  float e4m3[256], e2m1[16];
+  ScaledTables() {
+    for (int c = 0; c < 256; ++c) e4m3[c] = fp8_e4m3_to_f32(uint8_t(c));
+    for (int c = 0; c < 16; ++c) e2m1[c] = fp4_e2m1_to_f32(uint8_t(c));
+  }
+};
+const ScaledTables& scaled_tables() {
+  static const ScaledTables t;
+  return t;
+}
+
+struct RowFp8 {  // inner = e4m3(q) · s(k / B) (no scales: s = 1)
+  const uint8_t* q;
+  const float* lut;
+  const float* s;  // this row's block scales, or nullptr
+  int64_t B;
+  // E4M3 → f16 by moving the bits (exponent and mantissa into f16's, bias 7 → 15 fixed by the
+  // exact ×2^8 after widening; f16 subnormals hold E4M3's), then the hardware f16 → f32
+  // conversion: equal to the table for every finite code (the NaN codes read as ±480).
+  HWY_INLINE hn::Vec<DF> load(DF d, int64_t k) const {
+    const hn::Rebind<uint16_t, DF> d16;
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    const hn::Rebind<uint8_t, DF> d8;
+    const auto c = hn::PromoteTo(d16, hn::LoadU(d8, q + k));
+    const auto bits = hn::Or(hn::ShiftLeft<7>(hn::And(c, hn::Set(d16, 0x7f))),
+                             hn::ShiftLeft<8>(hn::And(c, hn::Set(d16, 0x80))));
+    const auto v = hn::Mul(hn::PromoteTo(d, hn::BitCast(dh, bits)), hn::Set(d, 256.0f));
+    return s ? hn::Mul(v, hn::Set(d, s[k / B])) : v;
+  }
+  HWY_INLINE float at(int64_t k) const { return s ? lut[q[k]] * s[k / B] : lut[q[k]]; }
+};
+
+struct RowNvfp4 {    // inner = e2m1(q) · e4m3(S[k / 16])
+  const uint8_t* q;  // the row's packed codes
+  const uint8_t* S;  // the row's group scales
+  const ScaledTables* tb;
+  HWY_INLINE hn::Vec<DF> load(DF d, int64_t k) const {
+    const hn::Rebind<int32_t, DF> di;
+    HWY_ALIGN int32_t idx[16];
+    const int64_t L = int64_t(hn::Lanes(d));
+    for (int64_t i = 0; i < L; ++i) {  // (k is even unless L is 1)
+      const uint8_t b = q[(k + i) / 2];
+      idx[i] = (k + i) % 2 ? b >> 4 : b & 15;
+    }
+    const auto v = hn::GatherIndex(d, tb->e2m1, hn::Load(di, idx));
+    return hn::Mul(v, hn::Set(d, tb->e4m3[S[k / 16]]));
+  }
+  HWY_INLINE float at(int64_t k) const {
+    const uint8_t b = q[k / 2];
+    return tb->e2m1[k % 2 ? b >> 4 : b & 15] * tb->e4m3[S[k / 16]];
+  }
+};
+
 void MatmulScaled(const float* x, int64_t T, const WeightRef& w, int64_t n0, int64_t n1, float* y,
                   int64_t ldy) {
-  constexpr int kC = 4;
   const int64_t K = w.cols;
-  thread_local std::vector<float> buf;
-  buf.resize(size_t(kC * K));
-  for (int64_t n = n0; n < n1; n += kC) {
-    const int c = int(std::min<int64_t>(kC, n1 - n));
-    for (int i = 0; i < c; ++i) ref::scaled_inner_row(w, n + i, buf.data() + i * K);
-    MatmulT<RowF32>(x, T, K, 0, c, y + n, ldy,
-                    [&](int64_t i) { return RowF32{buf.data() + i * K}; });
-    for (int i = 0; i < c; ++i) {
-      const float f = ref::scaled_factor(w, n + i);
-      for (int64_t t = 0; t < T; ++t) y[t * ldy + n + i] *= f;
-    }
+  const ScaledTables& tb = scaled_tables();
+  const auto* q = static_cast<const uint8_t*>(w.data);
+  if (w.dtype == DType::NVFP4) {
+    const auto* S = static_cast<const uint8_t*>(w.scales);
+    MatmulT<RowNvfp4>(x, T, K, n0, n1, y, ldy, [&](int64_t n) {
+      return RowNvfp4{q + n * (K / 2), S + n * (K / 16), &tb};
+    });
+  } else {
+    const bool blocks = w.scales && w.scale_block > 0;
+    const int64_t B = blocks ? w.scale_block : 1, kb = blocks ? (K + B - 1) / B : 0;
+    const auto* s = static_cast<const float*>(w.scales);
+    MatmulT<RowFp8>(x, T, K, n0, n1, y, ldy, [&](int64_t n) {
+      return RowFp8{q + n * K, tb.e4m3, blocks ? s + (n / B) * kb : nullptr, B};
+    });
+  }
+  for (int64_t n = n0; n < n1; ++n) {
+    const float f = ref::scaled_factor(w, n);
+    for (int64_t t = 0; t < T; ++t) y[t * ldy + n] *= f;
   }
 }
 
