@@ -3,6 +3,10 @@
 // copies whose total exceeds the L2 (60 MB on an H200), so decode timings read device memory.
 //   bench_cuda_kernels            (prints a table; exits 0 with SKIP when no GPU)
 //   bench_cuda_kernels hybrid     (only the Gated DeltaNet and MoE kernels)
+//   bench_cuda_kernels decode     (segment-length sweep of the bf16 matmul)
+//   bench_cuda_kernels scaled     (NVFP4 / FP8 matmuls against bf16 at llama-3.1-8b's shapes;
+//                                  BENCH_SHAPE=gate/up BENCH_FMT=FP8 BENCH_T=1 BENCH_CFG=0 pick
+//                                  one)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -178,6 +182,163 @@ void bench_hybrid() {
   for (int64_t T : {1, 8, 64, 512, 2048}) bench_moe(T);
 }
 
+// Copy bandwidth: 1 GiB device to device, bytes read + written per second (GB/s).
+double measure_copy_gbs() {
+  const size_t copy_bytes = size_t(1) << 30;
+  void *ca, *cb;
+  CK(cudaMalloc(&ca, copy_bytes));
+  CK(cudaMalloc(&cb, copy_bytes));
+  CK(cudaMemset(ca, 0x5a, copy_bytes));
+  const double copy_ms = time_ms(
+      [&](int) { CK(cudaMemcpyAsync(cb, ca, copy_bytes, cudaMemcpyDeviceToDevice)); }, 3, 20);
+  CK(cudaFree(ca));
+  CK(cudaFree(cb));
+  const double gbs = 2.0 * copy_bytes / (copy_ms * 1e-3) / 1e9;
+  std::printf("copy 1 GiB d2d: %.3f ms, %.0f GB/s (read + write)\n", copy_ms, gbs);
+  return gbs;
+}
+
+// Random bytes on the device (codes and E4M3 scales: every value occurs).
+void fill_bytes(uint8_t* d, size_t n, uint32_t seed) {
+  std::vector<uint8_t> h(std::min<size_t>(n, 1 << 24));
+  std::mt19937 rng(seed);
+  for (auto& v : h) v = uint8_t(rng());
+  for (size_t off = 0; off < n; off += h.size())
+    CK(cudaMemcpy(d + off, h.data(), std::min(h.size(), n - off), cudaMemcpyHostToDevice));
+}
+
+// matmul_scaled against matmul_bf16 over llama-3.1-8b's projections (q/o 4096×4096, k/v
+// 1024×4096, gate/up 14336×4096, down 4096×14336, LM head 128256×4096): T = 1, 16, 64 (decode:
+// the fused kernel, split-K workspace as the backend passes it) and 512, 2048 (prefill: the
+// dequant path, inner values into the scratch, then Tile128). Bytes counted are the bytes read:
+// codes + scales (+ bf16 weights) + the T rows of x. "%copy": of the copy rate measured above
+// (read + write per second); "%4TB": of 4.0 TB/s. The last column: TFLOP/s (2·T·N·K per second).
+// For prefill, "dequant" is dequant_scaled of the whole weight alone (its share of the matmul).
+void bench_scaled() {
+  const double copy_gbs = measure_copy_gbs();
+  struct Shape {
+    const char* name;
+    int64_t N, K;
+  };
+  struct Fmt {
+    const char* name;
+    bool bf16;
+    bc::ScaledFormat f;
+    int64_t B;
+  };
+  const Fmt fmts[] = {{"bf16", true, bc::ScaledFormat::FP8, 0},
+                      {"NVFP4", false, bc::ScaledFormat::NVFP4, 0},
+                      {"FP8", false, bc::ScaledFormat::FP8, 0},
+                      {"FP8-b128", false, bc::ScaledFormat::FP8Blocks, 128}};
+  std::printf("\n%-8s %-9s %6s %6s %6s %-8s %10s %8s %6s %6s %8s\n", "shape", "format", "T", "N",
+              "K", "path", "median_us", "GB/s", "%copy", "%4TB", "TFLOP/s");
+  for (Shape sh :
+       {Shape{"q/o", 4096, 4096}, Shape{"k/v", 1024, 4096}, Shape{"gate/up", 14336, 4096},
+        Shape{"down", 4096, 14336}, Shape{"lm_head", 128256, 4096}}) {
+    if (const char* e = std::getenv("BENCH_SHAPE"); e && std::string(e) != sh.name) continue;
+    for (const Fmt& f : fmts) {
+      if (const char* e = std::getenv("BENCH_FMT"); e && std::string(e) != f.name) continue;
+      const int64_t N = sh.N, K = sh.K;
+      size_t code_bytes = 0, sc_bytes = 0;
+      if (f.bf16)
+        code_bytes = size_t(N * K) * 2;
+      else if (f.f == bc::ScaledFormat::NVFP4)
+        code_bytes = size_t(N * K / 2), sc_bytes = size_t(N * K / 16);
+      else
+        code_bytes = size_t(N * K),
+        sc_bytes = f.B ? size_t(((N + f.B - 1) / f.B) * ((K + f.B - 1) / f.B)) * 4 : 0;
+      const size_t wbytes = code_bytes + sc_bytes;
+      const int copies = int(std::max<size_t>(2, (size_t(512) << 20) / wbytes + 1));
+      // One allocation per copy: [codes | scales], 256-byte aligned.
+      const size_t stride = (wbytes + 255) / 256 * 256;
+      uint8_t* wmem;
+      CK(cudaMalloc(&wmem, stride * copies));
+      if (f.bf16) {
+        for (int c = 0; c < copies; ++c)
+          fill_bf16(reinterpret_cast<uint16_t*>(wmem + stride * c), code_bytes / 2);
+      } else {
+        fill_bytes(wmem, stride * copies, 11);
+        if (f.B)  // f32 block scales: finite values
+          for (int c = 0; c < copies; ++c) {
+            std::vector<float> hs(sc_bytes / 4, 0.01f);
+            CK(cudaMemcpy(wmem + stride * c + code_bytes, hs.data(), sc_bytes,
+                          cudaMemcpyHostToDevice));
+          }
+      }
+      auto weight = [&](int c) {
+        bc::ScaledWeight w;
+        w.format = f.f, w.data = wmem + stride * c, w.N = N, w.K = K, w.block = f.B;
+        w.scales = sc_bytes ? wmem + stride * c + code_bytes : nullptr;
+        w.scale = 0.01f;
+        return w;
+      };
+      const size_t scr_bytes = f.bf16 ? 0 : bc::matmul_scaled_scratch_bytes(weight(0));
+      void* scr = nullptr;
+      if (scr_bytes) CK(cudaMalloc(&scr, scr_bytes));
+      for (int64_t T : {1, 16, 64, 512, 2048}) {
+        uint16_t* x;
+        float* y;
+        CK(cudaMalloc(&x, size_t(T * K) * 2));
+        CK(cudaMalloc(&y, size_t(T * N) * 4));
+        fill_bf16(x, size_t(T * K));
+        const size_t ws_bytes = T <= 64 ? bc::matmul_workspace_bytes(T, N, K) : 0;
+        void* ws = nullptr;
+        if (ws_bytes) {
+          CK(cudaMalloc(&ws, ws_bytes));
+          CK(cudaMemset(ws, 0, ws_bytes));
+        }
+        const bool split = T <= 64 && bc::matmul_kseg(N, K) < K;
+        const bool fused = !f.bf16 && T <= 64 && bc::matmul_scaled_fused_ok(weight(0));
+        // T = 1: the fused kernel's other stage shapes too (set_matmul_scaled_config).
+        if (const char* e = std::getenv("BENCH_T"); e && std::atoll(e) != T) continue;
+        for (int cfg = 0; cfg < (fused && T == 1 && !f.B ? 4 : 1); ++cfg) {
+          if (const char* e = std::getenv("BENCH_CFG"); e && std::atoi(e) != cfg) continue;
+          bc::set_matmul_scaled_config(cfg);
+          const double ms = time_ms(
+              [&](int i) {
+                if (f.bf16)
+                  CK(bc::matmul_bf16(
+                      x, T, reinterpret_cast<const uint16_t*>(wmem + stride * (i % copies)), N, K,
+                      y, nullptr, bc::MatmulKernel::Auto, split ? ws : nullptr,
+                      split ? ws_bytes : 0));
+                else
+                  CK(bc::matmul_scaled(x, T, weight(i % copies), y, nullptr, bc::ScaledKernel::Auto,
+                                       split ? ws : nullptr, split ? ws_bytes : 0, scr, scr_bytes));
+              },
+              3, reps(T <= 64 ? 200 : 10));
+          const double bytes = double(wbytes) + double(T * K) * 2;
+          const double gbs = bytes / (ms * 1e-3) / 1e9;
+          const std::string path = f.bf16  ? "bf16"
+                                   : fused ? (cfg ? "fused/" + std::to_string(cfg) : "fused")
+                                           : "dequant";
+          std::printf("%-8s %-9s %6lld %6lld %6lld %-8s %10.2f %8.0f %5.1f%% %5.1f%% %8.1f\n",
+                      sh.name, f.name, (long long)T, (long long)N, (long long)K, path.c_str(),
+                      ms * 1e3, gbs, 100.0 * gbs / copy_gbs, 100.0 * gbs / 4000.0,
+                      2.0 * double(T) * N * K / (ms * 1e-3) / 1e12);
+        }
+        bc::set_matmul_scaled_config(0);
+        if (!f.bf16 && T == 512 && scr_bytes >= size_t(N * K) * 2) {
+          const double dq = time_ms(
+              [&](int i) {
+                CK(bc::dequant_scaled(weight(i % copies), 0, N, static_cast<uint16_t*>(scr),
+                                      nullptr));
+              },
+              3, reps(20));
+          std::printf("%-8s %-9s %6s %6lld %6lld %-8s %10.2f %8.0f %5.1f%%\n", sh.name, f.name, "-",
+                      (long long)N, (long long)K, "dequant", dq * 1e3,
+                      (double(wbytes) + double(N * K) * 2) / (dq * 1e-3) / 1e9,
+                      100.0 * (double(wbytes) + double(N * K) * 2) / (dq * 1e-3) / 1e9 / copy_gbs);
+        }
+        CK(cudaFree(x));
+        CK(cudaFree(y));
+        if (ws) CK(cudaFree(ws));
+      }
+      if (scr) CK(cudaFree(scr));
+      CK(cudaFree(wmem));
+    }
+  }
+}
+
 }  // namespace
 
 // T = 1 (and T = 2048 for the prefill side of a segment choice) over the projection shapes of
@@ -219,8 +380,8 @@ void bench_decode_shapes() {
             if (split && T > 1) continue;
             const double ms = time_ms(
                 [&](int i) {
-                  CK(bc::matmul_bf16(x, T, w + (wbytes / 2) * (i % copies), sh.N, sh.K, y,
-                                     nullptr, kern, split ? ws : nullptr, split ? ws_bytes : 0));
+                  CK(bc::matmul_bf16(x, T, w + (wbytes / 2) * (i % copies), sh.N, sh.K, y, nullptr,
+                                     kern, split ? ws : nullptr, split ? ws_bytes : 0));
                 },
                 3, T == 1 ? 100 : 10);
             const char* kn =
@@ -256,6 +417,10 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::string(argv[1]) == "hybrid") {
     bench_hybrid();
+    return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "scaled") {
+    bench_scaled();
     return 0;
   }
 
@@ -331,43 +496,43 @@ int main(int argc, char** argv) {
     int64_t H, Hkv, D;
   };
   for (Heads hd : {Heads{32, 8, 128}, Heads{24, 4, 256}})  // Llama-3.1-8B, Qwen3.5-27B
-  for (int64_t ctx : {512, 4096, 32768}) {
-    const int64_t H = hd.H, Hkv = hd.Hkv, D = hd.D;
-    uint16_t *k, *v, *out;
-    float *q, *ws;
-    const size_t kv = size_t(ctx) * Hkv * D;
-    CK(cudaMalloc(&k, kv * 2));
-    CK(cudaMalloc(&v, kv * 2));
-    fill_bf16(k, kv);
-    fill_bf16(v, kv);
-    CK(cudaMalloc(&q, H * D * 4));
-    CK(cudaMemset(q, 0x3c, H * D * 4));
-    CK(cudaMalloc(&out, H * D * 2));
-    const size_t wsb = bc::attention_workspace_bytes(1, H, D, ctx);
-    CK(cudaMalloc(&ws, wsb));
-    bc::AttnArgs a;
-    a.q = q;
-    a.k = k;
-    a.v = v;
-    a.out = out;
-    a.T = 1;
-    a.H = H;
-    a.Hkv = Hkv;
-    a.D = D;
-    a.pos0 = ctx - 1;
-    a.scale = 0.088f;
-    a.workspace = ws;
-    a.workspace_bytes = wsb;
-    const double ms = time_ms([&](int) { CK(bc::attention(a, nullptr)); }, 5, 100);
-    const double gbs = 2.0 * kv * 2 / (ms * 1e-3) / 1e9;
-    std::printf("%-10s %6d %6lld %6lld %-10s %10.2f %9.0f %6.1f%%\n", "attn-dec", 1, (long long)ctx,
-                (long long)D, "auto", ms * 1e3, gbs, 100.0 * gbs / copy_gbs);
-    CK(cudaFree(k));
-    CK(cudaFree(v));
-    CK(cudaFree(q));
-    CK(cudaFree(out));
-    CK(cudaFree(ws));
-  }
+    for (int64_t ctx : {512, 4096, 32768}) {
+      const int64_t H = hd.H, Hkv = hd.Hkv, D = hd.D;
+      uint16_t *k, *v, *out;
+      float *q, *ws;
+      const size_t kv = size_t(ctx) * Hkv * D;
+      CK(cudaMalloc(&k, kv * 2));
+      CK(cudaMalloc(&v, kv * 2));
+      fill_bf16(k, kv);
+      fill_bf16(v, kv);
+      CK(cudaMalloc(&q, H * D * 4));
+      CK(cudaMemset(q, 0x3c, H * D * 4));
+      CK(cudaMalloc(&out, H * D * 2));
+      const size_t wsb = bc::attention_workspace_bytes(1, H, D, ctx);
+      CK(cudaMalloc(&ws, wsb));
+      bc::AttnArgs a;
+      a.q = q;
+      a.k = k;
+      a.v = v;
+      a.out = out;
+      a.T = 1;
+      a.H = H;
+      a.Hkv = Hkv;
+      a.D = D;
+      a.pos0 = ctx - 1;
+      a.scale = 0.088f;
+      a.workspace = ws;
+      a.workspace_bytes = wsb;
+      const double ms = time_ms([&](int) { CK(bc::attention(a, nullptr)); }, 5, 100);
+      const double gbs = 2.0 * kv * 2 / (ms * 1e-3) / 1e9;
+      std::printf("%-10s %6d %6lld %6lld %-10s %10.2f %9.0f %6.1f%%\n", "attn-dec", 1,
+                  (long long)ctx, (long long)D, "auto", ms * 1e3, gbs, 100.0 * gbs / copy_gbs);
+      CK(cudaFree(k));
+      CK(cudaFree(v));
+      CK(cudaFree(q));
+      CK(cudaFree(out));
+      CK(cudaFree(ws));
+    }
   if (!attn_only) bench_hybrid();
   return 0;
 }

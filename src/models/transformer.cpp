@@ -156,9 +156,14 @@ void Model::check_backend(const Backend& be) const {
   if (cfg_.moe.n_experts > 0 && !be.supports_moe())
     fail("[model] backend '{}' cannot run mixture-of-experts layers ({})", be.name(),
          cfg_.hf_class);
-  for (size_t l = 0; l < w_.layers.size(); ++l)
+  for (size_t l = 0; l < w_.layers.size(); ++l) {
     for_each_read_matrix(w_.layers[l], 1,
                          [&](const WeightRef& w, double) { check(w, fmt::format("layer {}", l)); });
+    for (const auto* v : {&w_.layers[l].ex_gate, &w_.layers[l].ex_up, &w_.layers[l].ex_down})
+      if (!v->empty() && !be.supports_expert_weight(v->front().dtype))
+        fail("[model] backend '{}' cannot run {} routed experts (layer {}); the CPU backend can",
+             be.name(), dtype_name(v->front().dtype), l);
+  }
 }
 
 void Model::bind(Backend& be) {

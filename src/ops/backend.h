@@ -233,6 +233,8 @@ class Backend {
   // A backend without them says so here; models that need them are refused at load.
   virtual bool supports_hybrid() const { return false; }
   virtual bool supports_moe() const { return false; }
+  // Whether routed-expert matrices of this dtype can run (checked at load).
+  virtual bool supports_expert_weight(DType t) const { return supports_weight(t); }
   // y[i] *= sigmoid(gate[i])   (y act_dtype, gate f32): the gated attention output.
   virtual void sigmoid_mul(void* y, const float* gate, int64_t n);
   // y[t, i] += sigmoid(g[t]) · s[t, i]   (y, s [T, n], g [T] f32): the gated shared expert.

@@ -17,6 +17,12 @@
 // 4-sequence pass alone, a sequence in chunks and token by token (outputs and states); moe:
 // every row alone (T=1) vs inside the pass, and vs T=1 matmul_bf16 products; the backend's
 // recorded and replayed graphs vs its eager run.
+// Scaled weights (matmul_scaled, NVFP4 / FP8 / FP8 per-row / FP8 128×128 blocks): every row of
+// T = 1 .. 300, fused and dequant paths, with and without split-K, == matmul_bf16 over the bf16
+// inner values (ref::scaled_inner_row) × ref::scaled_factor, bitwise; dequant_scaled == those
+// inner values; within 2e-3 (1e-2 for blocks: bf16 inner values) of the f64 sum of x ·
+// dequantised W; hand-made weights with known values (nibble order, scale groups, signs,
+// subnormals).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -33,6 +39,7 @@
 #include "backends/cuda/kernels.h"
 #include "core/dtype.h"
 #include "ops/ref/ref_ops.h"
+#include "ops/ref/scaled.h"
 
 namespace bc = basalt::cuda;
 using basalt::bf16_to_f32;
@@ -321,6 +328,337 @@ void test_matmul(int64_t N, int64_t K, int64_t ref_rows) {
         }
       }
     }
+}
+
+// --- scaled weights (NVFP4, FP8 E4M3): matmul_scaled ------------------------------------------
+
+const char* sf_name(bc::ScaledFormat f) {
+  switch (f) {
+    case bc::ScaledFormat::NVFP4:
+      return "NVFP4";
+    case bc::ScaledFormat::FP8:
+      return "FP8";
+    case bc::ScaledFormat::FP8Rows:
+      return "FP8 per-row";
+    default:
+      return "FP8 blocks";
+  }
+}
+
+// A random scaled weight on the host: every code (E4M3 NaN codes excepted), scales over the
+// whole E4M3 range (subnormals and negative ones included) or f32 in [0.002, 0.2].
+struct HostScaled {
+  bc::ScaledFormat fmt;
+  int64_t N, K, B;
+  std::vector<uint8_t> q, s8;
+  std::vector<float> sf;
+  basalt::WeightRef ref() const {
+    basalt::WeightRef w;
+    w.dtype = fmt == bc::ScaledFormat::NVFP4 ? basalt::DType::NVFP4 : basalt::DType::F8_E4M3;
+    w.rows = N, w.cols = K, w.data = q.data();
+    w.scales = fmt == bc::ScaledFormat::NVFP4 ? static_cast<const void*>(s8.data())
+               : fmt == bc::ScaledFormat::FP8 ? nullptr
+                                              : static_cast<const void*>(sf.data());
+    w.scale = fmt == bc::ScaledFormat::NVFP4 ? 0.37f : 0.021f;
+    w.scale_block = fmt == bc::ScaledFormat::FP8Blocks ? int32_t(B) : 0;
+    return w;
+  }
+};
+uint8_t rand_e4m3() {
+  uint8_t v;
+  do v = uint8_t(g_rng());
+  while ((v & 0x7f) == 0x7f);
+  return v;
+}
+HostScaled make_scaled(bc::ScaledFormat fmt, int64_t N, int64_t K, int64_t B = 0) {
+  HostScaled h{fmt, N, K, B, {}, {}, {}};
+  if (fmt == bc::ScaledFormat::NVFP4) {
+    h.q.resize(size_t(N * K / 2));
+    for (auto& v : h.q) v = uint8_t(g_rng());
+    h.s8.resize(size_t(N * K / 16));
+    for (auto& v : h.s8) v = rand_e4m3();
+    return h;
+  }
+  h.q.resize(size_t(N * K));
+  for (auto& v : h.q) v = rand_e4m3();
+  if (fmt == bc::ScaledFormat::FP8Rows) h.sf = rand_f32(size_t(N), 0.002f, 0.2f);
+  if (fmt == bc::ScaledFormat::FP8Blocks)
+    h.sf = rand_f32(size_t(((N + B - 1) / B) * ((K + B - 1) / B)), 0.002f, 0.2f);
+  return h;
+}
+// The same weight on the device, as kernels.h describes it.
+struct DevScaled {
+  std::unique_ptr<Dev<uint8_t>> q, s8;
+  std::unique_ptr<Dev<float>> sf;
+  bc::ScaledWeight w;
+  explicit DevScaled(const HostScaled& h) {
+    q = std::make_unique<Dev<uint8_t>>(h.q.size());
+    q->up(h.q);
+    w.format = h.fmt, w.data = q->p, w.N = h.N, w.K = h.K, w.block = h.B;
+    w.scale = h.ref().scale;
+    if (!h.s8.empty()) {
+      s8 = std::make_unique<Dev<uint8_t>>(h.s8.size());
+      s8->up(h.s8);
+      w.scales = s8->p;
+    }
+    if (!h.sf.empty()) {
+      sf = std::make_unique<Dev<float>>(h.sf.size());
+      sf->up(h.sf);
+      w.scales = sf->p;
+    }
+  }
+};
+
+// matmul_scaled over T = 1, 2, 7, 16, 64 (fused and dequant paths, with and without the split-K
+// workspace), 65 and 300 (dequant + Tile128, whole scratch and blocks of 128 rows), each row
+// bitwise equal to the host-checkable definition: matmul_bf16 of x and the bf16 matrix of the
+// inner values (ref::scaled_inner_row, rounded to bf16), times ref::scaled_factor in f32; and
+// within a tolerance of the f64 sum of x · dequantised W (a wrong formula cannot hide there).
+void test_matmul_scaled(bc::ScaledFormat fmt, int64_t N, int64_t K, int64_t B = 0) {
+  const int64_t Tmax = 300;
+  const HostScaled h = make_scaled(fmt, N, K, B);
+  const basalt::WeightRef hw = h.ref();
+  const DevScaled d(h);
+  const std::string tag = std::string("matmul_scaled ") + sf_name(fmt) +
+                          (B ? " B=" + std::to_string(B) : std::string()) +
+                          " N=" + std::to_string(N) + " K=" + std::to_string(K);
+  // Inner values as bf16 (also checks dequant_scaled, the dequant path's first step).
+  std::vector<uint16_t> inner(size_t(N * K));
+  std::vector<float> row(static_cast<size_t>(K)), factor(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) {
+    basalt::ref::scaled_inner_row(hw, n, row.data());
+    for (int64_t k = 0; k < K; ++k) inner[size_t(n * K + k)] = f32_to_bf16(row[size_t(k)]);
+    factor[size_t(n)] = basalt::ref::scaled_factor(hw, n);
+  }
+  Dev<uint16_t> dinner(inner.size());
+  dinner.poison();
+  CK(bc::dequant_scaled(d.w, 0, N, dinner.p, nullptr));
+  check(dinner.down() == inner, tag + " dequant_scaled == ref inner values as bf16, bitwise");
+  dinner.up(inner);
+
+  auto x = rand_bf16(size_t(Tmax * K));
+  Dev<uint16_t> dx(x.size());
+  dx.up(x);
+  Dev<float> dy(size_t(Tmax * N));
+  dy.poison();
+  CK(bc::matmul_bf16(dx.p, Tmax, dinner.p, N, K, dy.p, nullptr));
+  std::vector<float> want = dy.down();
+  for (int64_t t = 0; t < Tmax; ++t)
+    for (int64_t n = 0; n < N; ++n) want[size_t(t * N + n)] *= factor[size_t(n)];
+
+  // f64 reference of the first two rows.
+  {
+    std::vector<double> acc(size_t(2 * N), 0.0);
+    for (int64_t n = 0; n < N; ++n) {
+      basalt::ref::scaled_dequant_row(hw, n, row.data());
+      for (int t = 0; t < 2; ++t) {
+        double a = 0;
+        for (int64_t k = 0; k < K; ++k)
+          a += double(row[size_t(k)]) * double(bf16_to_f32(x[size_t(t * K + k)]));
+        acc[size_t(t * N + n)] = a;
+      }
+    }
+    std::vector<float> r64(acc.begin(), acc.end());
+    const double e = row_err(std::vector<float>(want.begin(), want.begin() + 2 * N), r64, 2, N);
+    const double tol = fmt == bc::ScaledFormat::FP8Blocks ? 1e-2 : 2e-3;
+    check(e < tol, tag + " (matmul_bf16 of inner) · factor vs f64 sum of x · W " + fmt_err(e));
+  }
+
+  const size_t ws_bytes = bc::matmul_workspace_bytes(64, N, K);
+  Dev<uint8_t> ws(ws_bytes);
+  CK(cudaMemset(ws.p, 0, ws_bytes));
+  const size_t scr_bytes = bc::matmul_scaled_scratch_bytes(d.w);
+  Dev<uint8_t> scr(scr_bytes);
+  const bool fused_ok = bc::matmul_scaled_fused_ok(d.w);
+  auto compare = [&](const std::string& what, int64_t T) {
+    const auto got = dy.down();
+    bool ok = true;
+    for (int64_t i = 0; i < T * N; ++i)
+      ok &= std::memcmp(&got[size_t(i)], &want[size_t(i)], 4) == 0;
+    if (!ok) {  // the first difference, for the log
+      for (int64_t i = 0; i < T * N; ++i)
+        if (std::memcmp(&got[size_t(i)], &want[size_t(i)], 4) != 0) {
+          std::printf("  first diff at t=%lld n=%lld: got %.9g want %.9g\n", (long long)(i / N),
+                      (long long)(i % N), got[size_t(i)], want[size_t(i)]);
+          break;
+        }
+    }
+    check(ok, tag + " " + what + " T=" + std::to_string(T) +
+                  " == matmul_bf16(inner) · factor, bitwise");
+  };
+  for (int64_t T : {1, 2, 7, 16, 32, 64, 65, 300}) {
+    struct Run {
+      bc::ScaledKernel k;
+      bool ws;
+      size_t scratch;
+      std::string name;
+      int config = 0;  // set_matmul_scaled_config: the fused kernel's other stage shapes
+    };
+    std::vector<Run> runs;
+    if (T <= 64 && fused_ok) {
+      runs.push_back({bc::ScaledKernel::Fused, false, 0, "fused"});
+      runs.push_back({bc::ScaledKernel::Fused, true, 0, "fused split-K"});
+      if (T == 1)
+        for (int c = 1; c <= 3; ++c)
+          runs.push_back(
+              {bc::ScaledKernel::Fused, true, 0, "fused config " + std::to_string(c), c});
+    }
+    runs.push_back({bc::ScaledKernel::Dequant, false, scr_bytes, "dequant"});
+    if (T <= 64) runs.push_back({bc::ScaledKernel::Dequant, true, scr_bytes, "dequant split-K"});
+    if (T == 300 || T == 7)  // the scratch in blocks of 128 rows (y columns written per block)
+      runs.push_back(
+          {bc::ScaledKernel::Dequant, T <= 64, size_t(128 * K * 2), "dequant 128-row blocks"});
+    runs.push_back({bc::ScaledKernel::Auto, T <= 64, scr_bytes, "auto"});
+    for (const Run& r : runs) {
+      dy.poison();
+      bc::set_matmul_scaled_config(r.config);
+      CK(bc::matmul_scaled(dx.p, T, d.w, dy.p, nullptr, r.k, r.ws ? ws.p : nullptr,
+                           r.ws ? ws_bytes : 0, r.scratch ? scr.p : nullptr, r.scratch));
+      bc::set_matmul_scaled_config(0);
+      compare(r.name, T);
+    }
+  }
+  if (fused_ok) {  // run-to-run, split mode (counters left at zero)
+    CK(bc::matmul_scaled(dx.p, 7, d.w, dy.p, nullptr, bc::ScaledKernel::Fused, ws.p, ws_bytes));
+    CK(bc::matmul_scaled(dx.p, 7, d.w, dy.p, nullptr, bc::ScaledKernel::Fused, ws.p, ws_bytes));
+    compare("fused split-K, third run", 7);
+  }
+}
+
+// Hand-made weights with known values: the nibble order (element 2j in the low nibble of byte
+// j), the group of each scale, signs, an E4M3 subnormal, per-row and 128×128 block scales, and
+// the per-tensor factor, against values written out here (not through ref::), on both paths.
+void test_matmul_scaled_known() {
+  const int64_t N = 64, K = 256, T = 4;
+  // x rows: e_0, e_1, e_16 + 2 e_17, e_63.
+  std::vector<uint16_t> x(size_t(T * K), 0);
+  x[0] = f32_to_bf16(1.0f), x[size_t(K + 1)] = f32_to_bf16(1.0f);
+  x[size_t(2 * K + 16)] = f32_to_bf16(1.0f), x[size_t(2 * K + 17)] = f32_to_bf16(2.0f);
+  x[size_t(3 * K + 63)] = f32_to_bf16(1.0f);
+  Dev<uint16_t> dx(x.size());
+  dx.up(x);
+  Dev<float> dy(size_t(T * N));
+  Dev<uint8_t> scr(size_t(N * K * 2));
+  auto run_all = [&](const bc::ScaledWeight& w, const std::vector<float>& want,
+                     const std::string& tag) {
+    check(bc::matmul_scaled_fused_ok(w), tag + ": the fused kernel takes it");
+    for (auto k : {bc::ScaledKernel::Fused, bc::ScaledKernel::Dequant}) {
+      dy.poison();
+      CK(bc::matmul_scaled(dx.p, T, w, dy.p, nullptr, k, nullptr, 0, scr.p, scr.n));
+      const auto got = dy.down();
+      bool ok = true;
+      for (size_t i = 0; i < want.size(); ++i)
+        if (got[i] != want[i]) {
+          if (ok)
+            std::printf("  t=%zu n=%zu: got %.9g want %.9g\n", i / size_t(N), i % size_t(N), got[i],
+                        want[i]);
+          ok = false;
+        }
+      check(ok, tag + (k == bc::ScaledKernel::Fused ? " fused" : " dequant") + ": known values");
+    }
+  };
+  {  // NVFP4, per-tensor scale 0.5, group scales 1.0 (0x38) except two.
+    std::vector<uint8_t> q(size_t(N * K / 2), 0), s(size_t(N * K / 16), 0x38);
+    q[0] = 0x72;                         // row 0: k0 = code 2 (1.0), k1 = code 7 (6.0)
+    q[size_t(K / 2)] = 0xA9;             // row 1: k0 = code 9 (-0.5), k1 = code 0xA (-1.0)
+    q[size_t(K + 8)] = 0x5D;             // row 2: k16 = code 0xD (-3), k17 = code 5 (3), group 1
+    s[size_t(2 * (K / 16) + 1)] = 0x40;  // (2.0)
+    q[size_t(3 * K / 2 + 31)] = 0x10;    // row 3: k62 = 0, k63 = code 1 (0.5)
+    s[size_t(3 * (K / 16) + 3)] = 0x01;  // E4M3 subnormal 2^-9
+    Dev<uint8_t> dq(q.size()), ds(s.size());
+    dq.up(q), ds.up(s);
+    bc::ScaledWeight w;
+    w.format = bc::ScaledFormat::NVFP4, w.data = dq.p, w.scales = ds.p, w.scale = 0.5f;
+    w.N = N, w.K = K;
+    std::vector<float> want(size_t(T * N), 0.0f);
+    want[0 * N + 0] = 0.5f, want[1 * N + 0] = 3.0f;     // row 0: 1.0, 6.0 (× 0.5)
+    want[0 * N + 1] = -0.25f, want[1 * N + 1] = -0.5f;  // row 1: -0.5, -1.0
+    want[2 * N + 2] = 0.5f * (-6.0f + 2.0f * 6.0f);     // row 2: (-3·2) + 2·(3·2)
+    want[3 * N + 3] = 0.5f * 0.5f * 0x1p-9f;            // row 3: 0.5 · 2^-9
+    run_all(w, want, "matmul_scaled NVFP4");
+  }
+  // FP8 codes: row 0 k0 1.0 (0x38), k1 -2.0 (0xC0); row 1 k1 2^-9 (0x01); row 2 k16 3.5 (0x46),
+  // k17 -0.8125 (0xB5); row 3 k63 448 (0x7E).
+  std::vector<uint8_t> q(size_t(N * K), 0);
+  q[0] = 0x38, q[1] = 0xC0;
+  q[size_t(K + 1)] = 0x01;
+  q[size_t(2 * K + 16)] = 0x46, q[size_t(2 * K + 17)] = 0xB5;
+  q[size_t(3 * K + 63)] = 0x7E;
+  Dev<uint8_t> dq(q.size());
+  dq.up(q);
+  {  // per-row scales (3.0 for row 0, 1 elsewhere), per-tensor 0.5
+    std::vector<float> rows(static_cast<size_t>(N), 1.0f);
+    rows[0] = 3.0f;
+    Dev<float> dr(rows.size());
+    dr.up(rows);
+    bc::ScaledWeight w;
+    w.format = bc::ScaledFormat::FP8Rows, w.data = dq.p, w.scales = dr.p, w.scale = 0.5f;
+    w.N = N, w.K = K;
+    std::vector<float> want(size_t(T * N), 0.0f);
+    want[0 * N + 0] = 1.5f, want[1 * N + 0] = -3.0f;
+    want[1 * N + 1] = 0.5f * 0x1p-9f;
+    want[2 * N + 2] = 0.5f * (3.5f - 2.0f * 0.8125f);
+    want[3 * N + 3] = 224.0f;
+    run_all(w, want, "matmul_scaled FP8 per-row");
+  }
+  {  // 128×128 blocks: block column 0 scaled by 1/3 (products rounded to bf16), column 1 by 1
+    const float s3 = 1.0f / 3.0f;
+    std::vector<float> grid = {s3, 1.0f};
+    Dev<float> dg(grid.size());
+    dg.up(grid);
+    bc::ScaledWeight w;
+    w.format = bc::ScaledFormat::FP8Blocks, w.data = dq.p, w.scales = dg.p, w.scale = 0.5f;
+    w.N = N, w.K = K, w.block = 128;
+    auto rb = [&](float v) { return bf16_to_f32(f32_to_bf16(v * s3)); };
+    std::vector<float> want(size_t(T * N), 0.0f);
+    want[0 * N + 0] = 0.5f * rb(1.0f), want[1 * N + 0] = 0.5f * rb(-2.0f);
+    want[1 * N + 1] = 0.5f * rb(0x1p-9f);
+    want[2 * N + 2] = 0.5f * (rb(3.5f) + 2.0f * rb(-0.8125f));
+    want[3 * N + 3] = 0.5f * rb(448.0f);
+    run_all(w, want, "matmul_scaled FP8 128x128 blocks");
+  }
+}
+
+// Through CudaBackend: prepare_weight keeps the codes (and uploads the scales); matmul at T = 1
+// (fused) and T = 100 (dequant) equals the kernels' result, and a recorded replay too.
+void test_backend_scaled() {
+  auto be = bc::make_cuda_backend({});
+  const HostScaled h = make_scaled(bc::ScaledFormat::NVFP4, 320, 1024);
+  const basalt::WeightRef w = be->prepare_weight(h.ref());
+  check(w.dtype == basalt::DType::NVFP4 && w.scales && w.scale == h.ref().scale,
+        "backend prepare_weight keeps NVFP4 codes and scales");
+  const DevScaled d(h);
+  const int64_t T = 100, N = 320, K = 1024;
+  const auto x = rand_bf16(size_t(T * K));
+  Dev<uint16_t> dx(x.size());
+  dx.up(x);
+  Dev<float> dy(size_t(T * N));
+  Dev<uint8_t> scr(bc::matmul_scaled_scratch_bytes(d.w));
+  CK(bc::matmul_scaled(dx.p, T, d.w, dy.p, nullptr, bc::ScaledKernel::Dequant, nullptr, 0, scr.p,
+                       scr.n));
+  const auto want = dy.down();
+  auto* y = static_cast<float*>(be->alloc(size_t(T * N) * 4));
+  std::vector<float> got(size_t(T * N));
+  be->matmul(dx.p, T, w, y);
+  be->download(got.data(), y, got.size() * 4);
+  bool ok = same_bits(got.data(), want.data(), got.size() * 4);
+  const int32_t blk[1] = {0};
+  const int32_t* tables[1] = {blk};
+  const int64_t pos[1] = {5}, sizes[1] = {1};
+  const int32_t ids[1] = {0};
+  for (int i = 0; i < 3; ++i) {  // T = 1: eager, recorded, replayed
+    basalt::PassRows pr;
+    pr.T = 1, pr.ids = ids, pr.pos = pos, pr.tables = tables, pr.table_sizes = sizes;
+    pr.block_size = 64;
+    be->begin_pass(pr);
+    be->run(0x5ca1ed, [&] { be->matmul(dx.p, 1, w, y); });
+    std::vector<float> one(static_cast<size_t>(N));
+    be->download(one.data(), y, one.size() * 4);
+    ok &= same_bits(one.data(), want.data(), one.size() * 4);
+  }
+  check(ok,
+        "backend matmul of an NVFP4 weight (T = 100, T = 1 eager / recorded / replayed) == "
+        "matmul_scaled, bitwise");
 }
 
 struct AttnCase {
@@ -1081,6 +1419,22 @@ int main() {
   test_matmul(2080, 2600, 16);  // 3 K segments of 1024, the last one partial
   test_matmul(1100, 9000, 8);   // 5 K segments of 2048, the last one partial
   test_matmul(9000, 5000, 4);   // N > 8192 with 3 K segments of 2048
+  test_matmul_scaled_known();
+  for (auto f : {bc::ScaledFormat::NVFP4, bc::ScaledFormat::FP8, bc::ScaledFormat::FP8Rows}) {
+    test_matmul_scaled(f, 4096, 4096);  // 4 segments of 1024
+    test_matmul_scaled(f, 1000, 4160);  // partial column block and k-stage, 9 segments
+    test_matmul_scaled(f, 1000, 272);   // NVFP4: K % 64 != 0 (dequant path only)
+  }
+  for (auto f : {bc::ScaledFormat::NVFP4, bc::ScaledFormat::FP8}) {
+    test_matmul_scaled(f, 14336, 4096);  // one segment (N > 8192)
+    test_matmul_scaled(f, 4096, 14336);  // 7 segments of 2048
+    test_matmul_scaled(f, 70000, 1024);  // LM-head-like: N > 65536, one segment
+  }
+  test_matmul_scaled(bc::ScaledFormat::FP8Blocks, 4096, 4096, 128);
+  test_matmul_scaled(bc::ScaledFormat::FP8Blocks, 1000, 4160, 128);  // partial edge blocks
+  test_matmul_scaled(bc::ScaledFormat::FP8Blocks, 4096, 14336, 128);
+  test_matmul_scaled(bc::ScaledFormat::FP8Blocks, 300, 272, 24);  // B % 16 != 0: dequant
+  test_backend_scaled();
   test_attention({200, 8, 2, 128}, true);
   test_attention({150, 4, 4, 64}, true);
   test_attention({130, 4, 2, 32}, true);

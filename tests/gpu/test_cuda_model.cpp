@@ -13,8 +13,8 @@
 // pool's slots, routed experts), which the backend must not refuse (qwen3_moe is skipped: its
 // head_dim 16 has no attention kernel).
 #include <algorithm>
-#include <condition_variable>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -33,6 +33,7 @@
 #include "engine/generator.h"
 #include "models/model.h"
 #include "ops/ref/ref_ops.h"
+#include "ops/ref/scaled.h"
 
 namespace {
 
@@ -73,7 +74,9 @@ class Bf16Cpu final : public Backend {
   void download(void* d, const void* s, size_t n) override { in_->download(d, s, n); }
   bool host_memory() const override { return true; }
   WeightRef prepare_weight(const WeightRef& w) override {
-    if (w.dtype == DType::BF16) return in_->prepare_weight(w);
+    // bf16 weights as they are; scaled ones too (the CPU computes factor · Σ inner · x as CUDA
+    // does, its inner values exact except FP8 blocks' f32 products, bf16-rounded on CUDA).
+    if (w.dtype == DType::BF16 || ref::is_scaled(w)) return in_->prepare_weight(w);
     auto& v = owned_.emplace_back(size_t(w.rows * w.cols));
     for (int64_t i = 0; i < w.rows * w.cols; ++i)
       v[size_t(i)] = f32_to_bf16(float(dtype_read_f64(w.dtype, w.data, i)));
@@ -278,11 +281,12 @@ void against_cpu(const std::string& label, const std::string& path, Backend& gpu
 }
 
 // The exactness contract on the GPU for one model.
-void exactness(const std::string& label, const std::string& path) {
+void exactness(const std::string& label, const std::string& path, DType kv = DType::BF16) {
   auto m = model_load(path);
   const int64_t V = m->config().vocab, T = std::min<int64_t>(300, m->config().max_context);
   const auto ids = prompt_ids(T, V);
   auto gpu = cuda::make_cuda_backend({});
+  gpu->set_kv_dtype(kv);
   const auto whole = Generator(*m, *gpu).logits(ids, 0);
   for (int64_t chunk : {1, 7, 64, 128}) {
     const auto got = Generator(*m, *gpu).logits(ids, chunk);
@@ -292,6 +296,7 @@ void exactness(const std::string& label, const std::string& path) {
   cuda::CudaOptions no_graphs;
   no_graphs.graphs = false;
   auto eager = cuda::make_cuda_backend(no_graphs);
+  eager->set_kv_dtype(kv);
   check(same(whole, Generator(*m, *eager).logits(ids, 7)),
         label + ": chunks of 7 without CUDA graphs == whole prompt, bitwise");
 
@@ -445,6 +450,33 @@ int main() {
       if (!fs::exists(golden + "/" + name + "/config.json"))
         check(false, name + ": golden checkpoint missing");
     exactness("default model", "");
+    // The FP8 KV cache: the same contract, and logits close to the bf16 cache's.
+    exactness("default model, fp8 KV cache", "", DType::F8_E4M3);
+    exactness("qwen3_5, fp8 KV cache", golden + "/qwen3_5", DType::F8_E4M3);
+    {
+      auto m = model_load("");
+      const int64_t V = m->config().vocab;
+      const auto ids = prompt_ids(200, V);
+      auto b16 = cuda::make_cuda_backend({}), f8 = cuda::make_cuda_backend({});
+      f8->set_kv_dtype(DType::F8_E4M3);
+      const Diff d = compare(Generator(*m, *f8).logits(ids, 0), Generator(*m, *b16).logits(ids, 0),
+                             200, V, 5e-2);
+      char buf[160];
+      std::snprintf(buf, sizeof buf,
+                    "default model: fp8 vs bf16 KV cache: max|d| %.2e, argmax %lld/200", d.rel,
+                    (long long)d.agree);
+      check(d.rel <= 5e-2 && d.agree >= 190, buf);
+    }
+    // Quantised checkpoints (NVFP4, FP8 layouts): against the CPU, and the contract.
+    std::vector<std::string> scaled;
+    for (const auto& e : fs::directory_iterator(golden + "/scaled"))
+      if (fs::exists(e.path() / "config.json")) scaled.push_back(e.path().string());
+    std::sort(scaled.begin(), scaled.end());
+    for (const auto& d : scaled) {
+      const std::string name = "scaled/" + fs::path(d).filename().string();
+      against_cpu(name, d, *gpu, true);
+      if (gpu->supports_head_dim(model_load(d)->config().head_dim)) exactness(name, d);
+    }
     for (const auto& name : hybrid_moe) {
       try {
         if (!gpu->supports_head_dim(model_load(golden + "/" + name)->config().head_dim)) {

@@ -2,6 +2,7 @@
 // Reductions (the norms' sums of squares) use one fixed order per row length: a thread's
 // strided elements in index order, then a butterfly over lanes, then warps in index order.
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <cmath>
 
@@ -165,6 +166,28 @@ __global__ void kv_write_kernel(const float* k, const float* v, const int32_t* s
   }
 }
 
+// One warp per (row, head, k or v): the amax is a max (exact in any order), then each lane
+// encodes its elements.
+__global__ void kv_write_fp8_kernel(const float* k, const float* v, const int32_t* slots, int64_t T,
+                                    int64_t Hkv, int64_t D, int64_t bs, uint8_t* kc, uint8_t* vc) {
+  const int64_t item = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (item >= T * Hkv * 2) return;
+  const bool is_v = item & 1;
+  const int64_t th = item >> 1, t = th / Hkv, h = th % Hkv;
+  const float* x = (is_v ? v : k) + t * Hkv * D + h * D;
+  float amax = 0.0f;
+  for (int64_t i = lane; i < D; i += 32) amax = fmaxf(amax, fabsf(x[i]));
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float s = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
+  const int64_t r = slots[t], blk = r / bs, slot = r % bs;
+  uint8_t* base = (is_v ? vc : kc) + blk * bs * Hkv * (D + 4);
+  uint8_t* codes = base + (slot * Hkv + h) * D;
+  for (int64_t i = lane; i < D; i += 32)
+    codes[i] = __nv_cvt_float_to_fp8(__fdiv_rn(x[i], s), __NV_SATFINITE, __NV_E4M3);
+  if (lane == 0) reinterpret_cast<float*>(base + bs * Hkv * D)[slot * Hkv + h] = s;
+}
+
 // One block per row: each thread keeps its strided elements' (max, lowest index), then a tree
 // over threads picks the larger value, the lower index on ties: the host's first-maximum rule.
 constexpr int kArgmaxThreads = 1024;
@@ -288,6 +311,17 @@ cudaError_t rope_angles(const int32_t* pos, const float* inv_freq, int64_t T, in
   if (T == 0) return cudaSuccess;
   rope_angles_kernel<<<unsigned((T * half + 255) / 256), 256, 0, s>>>(pos, inv_freq, T, half, cos,
                                                                       sin);
+  return cudaGetLastError();
+}
+
+cudaError_t kv_write_fp8(const float* k, const float* v, const int32_t* slots, int64_t T,
+                         int64_t Hkv, int64_t D, int64_t block_size, uint8_t* k_cache,
+                         uint8_t* v_cache, cudaStream_t s) {
+  if (T < 0 || Hkv <= 0 || D <= 0 || D % 16 || block_size <= 0) return cudaErrorInvalidValue;
+  if (T == 0) return cudaSuccess;
+  const int64_t warps = T * Hkv * 2;
+  kv_write_fp8_kernel<<<unsigned((warps + 7) / 8), 256, 0, s>>>(k, v, slots, T, Hkv, D,
+                                                               block_size, k_cache, v_cache);
   return cudaGetLastError();
 }
 

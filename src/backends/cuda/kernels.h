@@ -65,6 +65,11 @@ cudaError_t rope_angles(const int32_t* pos, const float* inv_freq, int64_t T, in
 // v_cache [rows, row] bf16 gets bf16(k[t, :]) and bf16(v[t, :]) (k, v f32 [T, row]).
 cudaError_t kv_write(const float* k, const float* v, const int32_t* slots, int64_t T, int64_t row,
                      bf16_bits* k_cache, bf16_bits* v_cache, cudaStream_t s);
+// The same into E4M3 caches (AttnArgs::k8 layout): per (row, head) s = amax / 448 (1 if 0),
+// codes e4m3(x / s) round-to-nearest-even saturating: the host's ref::kv_fp8_encode, bit for bit.
+cudaError_t kv_write_fp8(const float* k, const float* v, const int32_t* slots, int64_t T,
+                         int64_t Hkv, int64_t D, int64_t block_size, uint8_t* k_cache,
+                         uint8_t* v_cache, cudaStream_t s);
 
 // --- matmul -------------------------------------------------------------------------------
 // y[T, N] = x[T, K] · W[N, K]ᵀ; x bf16, W bf16 row-major (nn.Linear), y f32. K % 8 == 0 and
@@ -95,6 +100,51 @@ size_t matmul_workspace_bytes(int64_t T, int64_t N, int64_t K);
 cudaError_t matmul_bf16(const bf16_bits* x, int64_t T, const bf16_bits* w, int64_t N, int64_t K,
                         float* y, cudaStream_t s, MatmulKernel kernel = MatmulKernel::Auto,
                         void* workspace = nullptr, size_t workspace_bytes = 0);
+
+// --- matmul with scaled weights (HF quantized checkpoints; ops/ref/scaled.h) ----------------
+// y[t, n] = factor(n) · Σ_k inner(n, k) · x[t, k], computed as exactly what matmul_bf16 gives
+// for x and the bf16 matrix of inner values (same chain, same segments), times factor(n) in f32
+// (one multiply of the final sum): bit for bit, whatever the path or T (matmul.cu):
+//   NVFP4      codes [N, K/2] (two E2M1 a byte, low nibble first), scales E4M3 [N, K/16];
+//              inner = e2m1 · e4m3 (exact in bf16), factor = scale
+//   FP8        codes E4M3 [N, K]; inner = e4m3 (exact), factor = scale
+//   FP8Rows    + f32 scales [N]: factor = scales[n] · scale
+//   FP8Blocks  + f32 grid of B×B blocks [ceil(N/B), ceil(K/B)]: inner = bf16_rn(f32(e4m3 ·
+//              s_block)) (the CPU keeps the f32 product), factor = scale
+// E4M3 NaN codes (0x7f, 0xff) are read as ±480 (quantisers never write them).
+enum class ScaledFormat : uint8_t { NVFP4, FP8, FP8Rows, FP8Blocks };
+struct ScaledWeight {
+  ScaledFormat format = ScaledFormat::NVFP4;
+  const uint8_t* data = nullptr;  // the codes
+  const void* scales = nullptr;   // see above (none for FP8)
+  float scale = 1.0f;             // the per-tensor scale
+  int64_t N = 0, K = 0;
+  int64_t block = 0;  // FP8Blocks: B
+};
+enum class ScaledKernel : uint8_t {
+  Auto,     // Fused when T <= 64 and matmul_scaled_fused_ok, else Dequant
+  Fused,    // the decode kernel: codes -> bf16 operands in registers before each mma; T <= 64
+  Dequant,  // inner values into `scratch` (blocks of rows), then matmul_bf16's tilings
+};
+// The fused kernel's conditions: NVFP4 K % 64 == 0; FP8 K % 16 == 0 (blocks: B % 128 == 0);
+// codes 16-byte aligned. Other shapes (K % 16 == 0 NVFP4, K % 8 == 0 FP8) run Dequant.
+bool matmul_scaled_fused_ok(const ScaledWeight& w);
+// The scratch the Dequant path prefers: the whole inner matrix (N·K bf16) up to 128 MiB; it
+// runs with any scratch of at least min(N, 128) rows (K·2 bytes each).
+size_t matmul_scaled_scratch_bytes(const ScaledWeight& w);
+// x bf16 [T, K] (16-byte aligned), y f32 [T, N]. workspace: as matmul_bf16's
+// (matmul_workspace_bytes(T, N, K); the Fused and the Rows tilings then run the segments in
+// separate blocks: same bits).
+cudaError_t matmul_scaled(const bf16_bits* x, int64_t T, const ScaledWeight& w, float* y,
+                          cudaStream_t s, ScaledKernel kernel = ScaledKernel::Auto,
+                          void* workspace = nullptr, size_t workspace_bytes = 0,
+                          void* scratch = nullptr, size_t scratch_bytes = 0);
+// Benchmarks only: the fused kernel's stage shape at T <= 8 (0: the default; 1 .. 3: others,
+// matmul.cu launch_fused; FP8 blocks have one). Every shape gives the same bits (tests/gpu).
+void set_matmul_scaled_config(int config);
+// out[r, :] = the inner values of weight row row0 + r as bf16 (out [rows, K], 16-byte aligned).
+cudaError_t dequant_scaled(const ScaledWeight& w, int64_t row0, int64_t rows, bf16_bits* out,
+                           cudaStream_t s);
 
 // --- attention ----------------------------------------------------------------------------
 // Causal GQA over the bf16 KV cache. Query row t (position pos0 + t) visits keys 0..pos0+t in
@@ -127,6 +177,10 @@ struct AttnArgs {
   int64_t max_pos = -1;
   float* workspace = nullptr;  // Split only: attention_workspace_bytes(T, H, D, pos0 + T)
   size_t workspace_bytes = 0;
+  // An E4M3 cache instead of k/v (paged only): each block holds the codes [block_size, Hkv, D]
+  // then the f32 scales [block_size, Hkv] (ops/backend.h AttentionArgs).
+  const uint8_t* k8 = nullptr;
+  const uint8_t* v8 = nullptr;
 };
 // Auto splits over the KV chunks only when fewer (row, head) warps than this would fill the chip.
 constexpr int64_t kAttnSplitMaxWarps = 2048;

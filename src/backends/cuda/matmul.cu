@@ -20,6 +20,8 @@
 // touching memory) stream W for decode; Tile128 reuses tiles for prefill.
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 #include "backends/cuda/kernels.h"
 
 namespace basalt::cuda {
@@ -104,12 +106,25 @@ struct MmCfg {
   static_assert(kWm % 16 == 0 && kWn % 8 == 0 && BK % 16 == 0);
 };
 
-// x [T, K], w [N, K] bf16; y [T, N] f32. Block (bx, by) owns columns bx*BN.., rows by*BM...
+// The column factor of a scaled weight's matmul (kernels.h matmul_scaled): when `on`, the final
+// sum of column c is written as factor(c) · sum, one f32 multiply, factor(c) = rows[c] · scale
+// (rows: FP8 per-row scales) or scale. Plain bf16 matmuls pass on = 0 and are untouched.
+struct Epi {
+  const float* rows = nullptr;
+  float scale = 1.0f;
+  int on = 0;
+};
+__device__ __forceinline__ float epi_factor(const Epi& e, int c) {
+  return e.rows ? __fmul_rn(__ldg(e.rows + c), e.scale) : e.scale;
+}
+
+// x [T, K], w [N, K] bf16; y [T, ldy] f32 (columns 0..N-1 written). Block (bx, by) owns columns
+// bx*BN.., rows by*BM...
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES>
 __global__ void __launch_bounds__(MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>::kThreads)
     matmul_bf16_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
-                       float* __restrict__ y, int T, int N, int K, int kSegTiles,
-                       float* __restrict__ part, int* __restrict__ counters) {
+                       float* __restrict__ y, int T, int N, int K, int ldy, int kSegTiles,
+                       float* __restrict__ part, int* __restrict__ counters, Epi epi) {
   using C = MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* sa = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [STAGES][BM][kLds]
@@ -222,8 +237,9 @@ __global__ void __launch_bounds__(MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>::k
             if constexpr (kFoldInY) {
               const int r = out_row(i, e), c = out_col(j, e);
               if (r < T && c < N) {
-                float* o = y + size_t(r) * N + c;
-                *o = first ? acc[i][j][e] : __fadd_rn(*o, acc[i][j][e]);
+                float* o = y + size_t(r) * ldy + c;
+                const float v = first ? acc[i][j][e] : __fadd_rn(*o, acc[i][j][e]);
+                *o = epi.on && kt + 1 == KT ? __fmul_rn(epi_factor(epi, c), v) : v;
               }
             } else {
               tot[i][j][e] = first ? acc[i][j][e] : __fadd_rn(tot[i][j][e], acc[i][j][e]);
@@ -278,13 +294,22 @@ __global__ void __launch_bounds__(MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>::k
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = out_row(i, e), c = out_col(j, e);
-          if (r < T && c < N) y[size_t(r) * N + c] = tot[i][j][e];
+          if (r < T && c < N)
+            y[size_t(r) * ldy + c] =
+                epi.on ? __fmul_rn(epi_factor(epi, c), tot[i][j][e]) : tot[i][j][e];
         }
 }
 
+size_t workspace_bytes_kseg(int64_t T, int64_t N, int64_t K, int64_t kseg) {
+  const int64_t segs = (K + kseg - 1) / kseg;
+  return counter_bytes() + size_t(segs) * size_t(T) * size_t(N) * 4;
+}
+
+// kseg: the segment length of the whole weight (matmul_kseg of its full shape: a launch over a
+// block of its rows keeps the weight's segments); y has row stride ldy.
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES>
 cudaError_t launch(const bf16_bits* x, int T, const bf16_bits* w, int N, int K, float* y,
-                   cudaStream_t s, void* ws, size_t ws_bytes) {
+                   cudaStream_t s, void* ws, size_t ws_bytes, int64_t kseg, int ldy, Epi epi = {}) {
   using C = MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>;
   auto* kern = matmul_bf16_kernel<BM, BN, BK, WARPS_M, WARPS_N, STAGES>;
   static bool attr_set = false;  // per instantiation; idempotent, so a race is harmless
@@ -294,13 +319,12 @@ cudaError_t launch(const bf16_bits* x, int T, const bf16_bits* w, int N, int K, 
     if (e != cudaSuccess) return e;
     attr_set = true;
   }
-  const int64_t kseg = matmul_kseg(N, K);
   const int segs = int((K + kseg - 1) / kseg);
   // Segments are whole k-stages of every tiling (kseg is a multiple of 256), or all of K.
   const int seg_tiles = segs == 1 ? (K + BK - 1) / BK : int(kseg / BK);
   const int64_t tiles = int64_t((N + BN - 1) / BN) * ((T + BM - 1) / BM);
   const bool split = BM == 16 && segs > 1 && tiles <= kMaxTiles && ws &&
-                     ws_bytes >= matmul_workspace_bytes(T, N, K);
+                     ws_bytes >= workspace_bytes_kseg(T, N, K, kseg);
   const unsigned col_blocks = unsigned((N + BN - 1) / BN), row_blocks = unsigned((T + BM - 1) / BM);
   const dim3 grid(BM == 16 ? row_blocks : col_blocks, BM == 16 ? col_blocks : row_blocks,
                   unsigned(split ? segs : 1));
@@ -309,7 +333,7 @@ cudaError_t launch(const bf16_bits* x, int T, const bf16_bits* w, int N, int K, 
       split ? reinterpret_cast<float*>(static_cast<char*>(ws) + counter_bytes()) : nullptr;
   kern<<<grid, C::kThreads, C::kSmem, s>>>(reinterpret_cast<const __nv_bfloat16*>(x),
                                            reinterpret_cast<const __nv_bfloat16*>(w), y, T, N, K,
-                                           seg_tiles, part, counters);
+                                           ldy, seg_tiles, part, counters, epi);
   return cudaGetLastError();
 }
 
@@ -438,6 +462,36 @@ cudaError_t launch_moe(const bf16_bits* x, int64_t row_div, const bf16_bits* con
   return cudaGetLastError();
 }
 
+// A tiling choice only: every variant gives the same bits (tests/gpu). Measured on the H200
+// (docs/cuda.md): split-K pays where N / 32 blocks leave SMs idle; without it the deep pipeline
+// does best there. full_n: the N of the whole weight (a launch over a block of its rows chooses
+// as the whole would).
+cudaError_t dispatch_bf16(const bf16_bits* x, int T, const bf16_bits* w, int N, int K, float* y,
+                          cudaStream_t s, MatmulKernel kernel, void* workspace,
+                          size_t workspace_bytes, int64_t kseg, int ldy, int64_t full_n,
+                          Epi epi = {}) {
+  if (kernel == MatmulKernel::Auto) {
+    const bool ws_ok = workspace && workspace_bytes >= workspace_bytes_kseg(T, N, K, kseg);
+    kernel = T > 64                   ? MatmulKernel::Tile128
+             : ws_ok || full_n > 8192 ? MatmulKernel::Rows16x32
+                                      : MatmulKernel::Rows16x32Deep;
+  }
+  switch (kernel) {
+    case MatmulKernel::Rows16x16:
+      return launch<16, 16, 256, 1, 2, 4>(x, T, w, N, K, y, s, workspace, workspace_bytes, kseg,
+                                          ldy, epi);
+    case MatmulKernel::Rows16x32Deep:
+      return launch<16, 32, 256, 1, 4, 6>(x, T, w, N, K, y, s, workspace, workspace_bytes, kseg,
+                                          ldy, epi);
+    case MatmulKernel::Tile128:
+      return launch<128, 128, 32, 2, 4, 4>(x, T, w, N, K, y, s, nullptr, 0, kseg, ldy, epi);
+    case MatmulKernel::Rows16x32:
+    default:
+      return launch<16, 32, 128, 1, 4, 4>(x, T, w, N, K, y, s, workspace, workspace_bytes, kseg,
+                                          ldy, epi);
+  }
+}
+
 }  // namespace
 
 cudaError_t matmul_bf16(const bf16_bits* x, int64_t T, const bf16_bits* w, int64_t N, int64_t K,
@@ -447,29 +501,8 @@ cudaError_t matmul_bf16(const bf16_bits* x, int64_t T, const bf16_bits* w, int64
       (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16)
     return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
-  // A tiling choice only: every variant gives the same bits (tests/gpu). Measured on the H200
-  // (docs/cuda.md): split-K pays where N / 32 blocks leave SMs idle; without it the deep pipeline
-  // does best there.
-  if (kernel == MatmulKernel::Auto) {
-    const bool ws_ok = workspace && workspace_bytes >= matmul_workspace_bytes(T, N, K);
-    kernel = T > 64              ? MatmulKernel::Tile128
-             : ws_ok || N > 8192 ? MatmulKernel::Rows16x32
-                                 : MatmulKernel::Rows16x32Deep;
-  }
-  switch (kernel) {
-    case MatmulKernel::Rows16x16:
-      return launch<16, 16, 256, 1, 2, 4>(x, int(T), w, int(N), int(K), y, s, workspace,
-                                          workspace_bytes);
-    case MatmulKernel::Rows16x32Deep:
-      return launch<16, 32, 256, 1, 4, 6>(x, int(T), w, int(N), int(K), y, s, workspace,
-                                          workspace_bytes);
-    case MatmulKernel::Tile128:
-      return launch<128, 128, 32, 2, 4, 4>(x, int(T), w, int(N), int(K), y, s, nullptr, 0);
-    case MatmulKernel::Rows16x32:
-    default:
-      return launch<16, 32, 128, 1, 4, 4>(x, int(T), w, int(N), int(K), y, s, workspace,
-                                          workspace_bytes);
-  }
+  return dispatch_bf16(x, int(T), w, int(N), int(K), y, s, kernel, workspace, workspace_bytes,
+                       matmul_kseg(N, K), int(N), N);
 }
 
 cudaError_t moe_matmul(const bf16_bits* x, int64_t row_div, const bf16_bits* const* w0,
@@ -486,6 +519,692 @@ cudaError_t moe_matmul(const bf16_bits* x, int64_t row_div, const bf16_bits* con
   if (kernel == MatmulKernel::Rows16x32Deep)
     return launch_moe<256, 6>(x, row_div, w0, w1, N, K, y0, y1, order, tiles, max_tiles, s);
   return launch_moe<128, 4>(x, row_div, w0, w1, N, K, y0, y1, order, tiles, max_tiles, s);
+}
+
+// --- scaled weights (NVFP4, FP8 E4M3): kernels.h matmul_scaled ------------------------------
+//
+// Exactness: y[t, n] = factor(n) · c(t, n), where c is exactly matmul_bf16's chain (same mma,
+// same operand positions, same k order, same matmul_kseg segments and fold) over the bf16
+// matrix of inner values, and factor(n) multiplies the final sum once in f32
+// (ops/ref/scaled.h has the split):
+//   NVFP4        inner = e2m1 · e4m3(S): exact in bf16 (<= 6 significant bits, magnitudes
+//                2^-10 .. 2688), factor = scale
+//   FP8          inner = e4m3 (exact in bf16), factor = scale, or rows[n] · scale (per row)
+//   FP8 blocks   inner = bf16_rn(f32(e4m3 · s_block)): one f32 multiply, then round to nearest
+//                even to bf16. The CPU keeps the f32 product; CUDA rounds it once more, as it
+//                rounds activations to bf16. factor = scale.
+// Two paths compute it: the fused decode kernel (T <= 64) turns codes into inner values in
+// registers right before each mma, and the dequant path writes the inner values as a bf16
+// matrix into a scratch buffer and runs matmul_bf16's tilings on it with the factor in their
+// epilogue (Epi). Both equal matmul_bf16(x, inner) · factor bit for bit, so decode, prefill and
+// verification passes agree (tests/gpu checks both against that host-computable reference).
+//
+// Conversions (each exact; the same functions on both paths):
+//   E4M3 pair -> bf16x2: code bits b placed as bf16 bits (b & 0x80) << 8 | (b & 0x7f) << 4 are
+//     the value · 2^-120 (exponent field 0: E4M3 subnormals land on bf16 subnormals), then one
+//     bf16x2 multiply by 2^120 (bf16 arithmetic keeps subnormals). The NaN codes 0x7f / 0xff
+//     come out as ±480, not NaN (no quantiser writes them).
+//   E2M1 pair (one byte, low nibble first) -> bf16x2 of e2m1(lo), e2m1(hi): a 256-entry table
+//     in shared memory (the fused kernel) or arithmetic (the dequant kernel), then a bf16x2
+//     multiply by the group's E4M3 scale (exact: the product fits bf16).
+namespace {
+
+enum class SFmt : int { NVFP4 = 0, FP8 = 1, FP8B = 2 };
+
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ uint32_t lds32(const void* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+// t: two E4M3 codes in bytes 0 and 2, zeros in bytes 1 and 3 -> their values as bf16x2 (byte 0
+// in the low half). (t << 4) leaves each sign at bit 11; adding 0x7800 when it is set moves it
+// to bit 15 (0x800 + 0x7800 = 0x8000), never carrying out of the half.
+__device__ __forceinline__ uint32_t e4m3x2_bf16x2(uint32_t t) {
+  const uint32_t bits = (t << 4) + (t & 0x00800080u) * 0xF0u;
+  return bf16x2_mul(bits, 0x7B807B80u);  // × 2^120 (bf16 0x7B80)
+}
+// bf16 bits of e2m1(code & 15): 0, 0.5 (0x3F00), else (126 + e) << 7 | mantissa << 6.
+__device__ __forceinline__ uint32_t e2m1_bf16(uint32_t code) {
+  const uint32_t m = code & 7u;
+  const uint32_t mag = m < 2 ? m * 0x3F00u : ((126u + (m >> 1)) << 7) | ((m & 1u) << 6);
+  return mag | (code & 8u) << 12;
+}
+__device__ __forceinline__ uint32_t e2m1x2_bf16x2(uint32_t byte) {
+  return e2m1_bf16(byte) | e2m1_bf16(byte >> 4) << 16;
+}
+// FP8 blocks: bf16_rn(f32(v) · s) for each half of a bf16x2 of E4M3 values.
+__device__ __forceinline__ uint32_t scale_pair(uint32_t e, float s_lo, float s_hi) {
+  const float lo = __fmul_rn(__uint_as_float(e << 16), s_lo);
+  const float hi = __fmul_rn(__uint_as_float(e & 0xFFFF0000u), s_hi);
+  const __nv_bfloat162 r = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+
+struct ScaledArgs {
+  const __nv_bfloat16* x = nullptr;
+  const uint8_t* q = nullptr;  // codes
+  const void* sc = nullptr;    // NVFP4: E4M3 group scales [N, K/16]; FP8B: the f32 block grid
+  Epi epi;                     // the column factor (always on)
+  int T = 0, N = 0, K = 0;
+  int blk = 0, kb = 0;  // FP8B: B and ceil(K / B)
+  int seg_stages = 0;   // k-stages per segment
+  float* y = nullptr;
+  float* part = nullptr;  // split mode: the bf16 kernels' workspace layout (counters, partials)
+  int* counters = nullptr;
+};
+
+// The fused decode kernel. A block is 64 weight rows × all of K (segments folded in registers)
+// or × one segment (split mode: the tile's last block adds the partials in segment order, as
+// matmul_bf16). Its 8 / NT warps each own NT n8 tiles (8·NT weight rows) × MT = ceil(MR / 2)
+// m16 tiles of x rows (T <= 8·MR): NT = 1 up to T = 16 (a warp's serial instruction stream
+// sets the time when a shape has one wave of blocks, so rows are spread over as many warps as
+// possible), NT = 2 above (the x fragments are shared by two tiles). Per k-stage of BK:
+// cp.async brings the raw codes (and NVFP4's group scales) and the T rows of x into shared
+// memory, STAGES - 1 stages in flight, 2-4 blocks an SM; each thread's copy addresses are
+// computed once. Each lane then builds its mma B fragment from the codes of exactly the
+// elements ldmatrix gives it in the bf16 layout (weight row lane / 4 of the n8 tile; for the
+// k16 slice at k0: k0 + 2q, +1 and k0 + 8 + 2q, +1, q = lane % 4), and its A fragment with
+// 32-bit shared loads of the positions ldmatrix reads; rows >= T (never stored) read a zero
+// row, so no load is conditional. Within a stage, the shared loads of the next kChunk slices
+// are issued before the current ones are converted and multiplied.
+constexpr int kSBN = 64;
+
+template <SFmt F, int BK>
+struct SCfg {
+  static constexpr int kRowBytes = F == SFmt::NVFP4 ? BK / 2 : BK;  // a row's codes per stage
+  // Row strides ≡ 16 mod 128 bytes (or a permutation of the 8 bank groups): the 8 rows a warp
+  // reads at once hit different banks.
+  static constexpr int kDataLd = kRowBytes + 16;
+  // BK/16 scale bytes a row, padded (row strides of 3 or 5 16-byte chunks spread the 8 rows)
+  static constexpr int kScLd = F == SFmt::NVFP4 ? (BK <= 512 ? 48 : BK / 16 + 16) : 0;
+  static constexpr int kXLd = BK + 8;  // bf16 elements (as MmCfg::kLds)
+  static constexpr int kLutBytes = F == SFmt::NVFP4 ? 256 * 32 * 4 : 0;
+  static constexpr int kZeroBytes = kXLd * 2;                     // the zero row of x
+  static constexpr int kWScale = F == SFmt::NVFP4 ? BK / 64 : 1;  // 32-bit scale words a row
+  static constexpr int kXOff = kSBN * (kDataLd + kScLd);          // x's offset in a stage
+  static_assert(kXOff % 16 == 0 && kZeroBytes % 16 == 0 && BK % 128 == 0 && BK <= 1024,
+                "stage layout");
+  __host__ __device__ static size_t stage_bytes(int T) {
+    return size_t(kXOff) + size_t(T) * kXLd * 2;
+  }
+  static size_t smem(int T, int stages) {
+    return kLutBytes + kZeroBytes + size_t(stages) * stage_bytes(T);
+  }
+};
+
+// cp.async to a shared-space address (computed once per thread): 16 bytes through L2 only, or 4
+// bytes (cp.async.ca: sizes below 16 go through L1); src_bytes = 0 writes zeros.
+__device__ __forceinline__ void cp_async16_s(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async4_s(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes));
+}
+
+template <SFmt F, int MR, int NT, int BK, int STAGES>
+__global__ void __launch_bounds__(256 / NT) matmul_scaled_kernel(const ScaledArgs a) {
+  using C = SCfg<F, BK>;
+  constexpr int kThreads = 256 / NT;
+  constexpr int MT = (MR + 1) / 2;
+  constexpr int kSteps = BK / 16;
+  constexpr int kChunk = MT >= 4 ? 2 : 4;  // k16 slices per register chunk
+  constexpr int kChunks = kSteps / kChunk;
+  static_assert(kSteps % kChunk == 0 && (F != SFmt::NVFP4 || kChunk % 2 == 0), "chunks");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int T = a.T, N = a.N, K = a.K;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, qd = lane & 3;
+  const int n0 = int(blockIdx.x) * kSBN;
+  const int rw = warp * 8 * NT + g;  // this lane's weight rows in the block: rw + 8j, j < NT
+  const size_t stage_bytes = C::stage_bytes(T);
+  const __nv_bfloat16* const zrow = reinterpret_cast<const __nv_bfloat16*>(smem_raw + C::kLutBytes);
+  unsigned char* const st0 = smem_raw + C::kLutBytes + C::kZeroBytes;
+  const uint32_t st0_s = smem_addr(st0);
+  const int row_bytes = F == SFmt::NVFP4 ? K / 2 : K;
+  const int KT_all = (K + BK - 1) / BK;
+  const bool split = gridDim.y > 1;  // split mode: this block runs segment blockIdx.y only
+  const int kt0 = split ? int(blockIdx.y) * a.seg_stages : 0;
+  const int KT = split ? min(KT_all - kt0, a.seg_stages) : KT_all;
+
+  // This thread's share of a stage's copies: code chunks of 16 bytes at rows cr0 + i·kCStep,
+  // byte ck of the stage's part of the row; NVFP4 scale chunks of 4 bytes likewise.
+  constexpr int kRowChunks = C::kRowBytes / 16;  // rows are whole 16-byte chunks
+  static_assert(kThreads % kRowChunks == 0 && (kSBN * kRowChunks) % kThreads == 0, "copies");
+  constexpr int kCStep = kThreads / kRowChunks, kCPer = kSBN * kRowChunks / kThreads;
+  const int cr0 = tid / kRowChunks, ck = (tid % kRowChunks) * 16;
+  const uint8_t* const csrc = a.q + size_t(min(n0 + cr0, N - 1)) * row_bytes + ck;
+  const size_t cstride = size_t(kCStep) * row_bytes;
+  uint32_t cmask = 0;  // rows that exist
+#pragma unroll
+  for (int i = 0; i < kCPer; ++i) cmask |= uint32_t(n0 + cr0 + i * kCStep < N) << i;
+  constexpr int kScChunks = F == SFmt::NVFP4 ? BK / 64 : 1;  // 4-byte scale chunks a row
+  constexpr int kSStep = kThreads / kScChunks, kSPer = (kSBN * kScChunks + kThreads - 1) / kThreads;
+  const int sr0 = tid / kScChunks, sk = (tid % kScChunks) * 4;
+  const int groups = K / 16;
+  const uint8_t* const ssrc = static_cast<const uint8_t*>(a.sc) +
+                              (F == SFmt::NVFP4 ? size_t(min(n0 + sr0, N - 1)) * groups + sk : 0);
+  const size_t sstride = size_t(kSStep) * groups;
+  uint32_t smask = 0;
+#pragma unroll
+  for (int i = 0; i < kSPer; ++i)
+    smask |= uint32_t(sr0 + i * kSStep < kSBN && n0 + sr0 + i * kSStep < N) << i;
+
+  auto load_stage = [&](int stage, int kt) {
+    const uint32_t sd = st0_s + uint32_t(size_t(stage) * stage_bytes);
+    const int k0 = (kt0 + kt) * BK;
+    const int cb0 = F == SFmt::NVFP4 ? k0 / 2 : k0;  // the stage's first code byte in a row
+    const bool col_ok = cb0 + ck < row_bytes;
+    const uint8_t* src = csrc + cb0;
+#pragma unroll
+    for (int i = 0; i < kCPer; ++i) {
+      const bool ok = col_ok && (cmask >> i & 1u);
+      cp_async16_s(sd + uint32_t((cr0 + i * kCStep) * C::kDataLd + ck),
+                   ok ? src + i * cstride : a.q, ok ? 16 : 0);
+    }
+    if constexpr (F == SFmt::NVFP4) {  // group scales, 4 at a time (K % 64 == 0)
+      const int gs0 = k0 / 16;
+      const bool gok = gs0 + sk < groups;
+      const uint8_t* ssp = ssrc + gs0;
+#pragma unroll
+      for (int i = 0; i < kSPer; ++i)
+        if (sr0 + i * kSStep < kSBN) {  // (uniform per thread and i)
+          const bool ok = gok && (smask >> i & 1u);
+          cp_async4_s(sd + uint32_t(kSBN * C::kDataLd + (sr0 + i * kSStep) * C::kScLd + sk),
+                      ok ? ssp + i * sstride : a.q, ok ? 4 : 0);
+        }
+    }
+    constexpr int kXChunks = BK / 8;
+    const uint32_t sx = sd + uint32_t(C::kXOff);
+    for (int c = tid; c < T * kXChunks; c += kThreads) {
+      const int r = c / kXChunks, kc = (c % kXChunks) * 8;
+      const bool ok = k0 + kc < K;
+      cp_async16_s(sx + uint32_t((r * C::kXLd + kc) * 2), ok ? a.x + size_t(r) * K + k0 + kc : a.x,
+                   ok ? 16 : 0);
+    }
+  };
+
+  float acc[MT][NT][4], tot[MT][NT][4];
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = tot[i][j][e] = 0.0f;
+
+#pragma unroll
+  for (int st = 0; st < STAGES - 1; ++st) {
+    if (st < KT) load_stage(st, st);
+    cp_async_commit();
+  }
+  // While the first stages are in flight: the zero row, and NVFP4's E2M1 pair table (entry e,
+  // a code byte, at e·128 bytes, one copy per lane at lane·4: a warp's 32 lookups never share
+  // a bank). The loop's first barrier publishes both.
+  for (int c = tid; c < C::kZeroBytes / 16; c += kThreads)
+    reinterpret_cast<uint4*>(smem_raw + C::kLutBytes)[c] = make_uint4(0, 0, 0, 0);
+  if constexpr (F == SFmt::NVFP4) {
+    uint4* lut = reinterpret_cast<uint4*>(smem_raw);
+    for (int c = tid; c < 256 * 8; c += kThreads) {
+      const uint32_t v = e2m1x2_bf16x2(uint32_t(c >> 3));
+      lut[c] = make_uint4(v, v, v, v);
+    }
+  }
+  // FP8 blocks: each of this lane's rows' block row in the scale grid (B % BK == 0, so a stage
+  // lies in one block column).
+  const float* bgrid = static_cast<const float*>(a.sc);
+  int brow[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+    brow[j] = F == SFmt::FP8B ? (min(n0 + rw + 8 * j, N - 1) / a.blk) * a.kb : 0;
+
+  const uint32_t selq = 0x4440u | uint32_t(qd);        // NVFP4: byte q, zero-extended
+  const uint32_t selh = (qd & 1) ? 0x4342u : 0x4140u;  // FP8: half q & 1 as [lo, 0, hi, 0]
+  const int wo = 4 * (qd >> 1);                        // FP8: word q >> 1 of a slice
+  const unsigned char* const lutl = smem_raw + lane * 4;
+
+  for (int kt = 0; kt < KT; ++kt) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();  // stage kt landed for all (and the tables are built); kt-1 is free again
+    if (kt + STAGES - 1 < KT) load_stage((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
+    cp_async_commit();
+    const unsigned char* sd = st0 + size_t(kt % STAGES) * stage_bytes;
+    const __nv_bfloat16* sx = reinterpret_cast<const __nv_bfloat16*>(sd + C::kXOff);
+    // x rows g (+16i) and g + 8 (+16i), or the zero row; at column 2q.
+    const __nv_bfloat16* pa[MT];
+    const __nv_bfloat16* pb[MT];
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      const int ra = 16 * i + g, rb = ra + 8;
+      pa[i] = (ra < T ? sx + ra * C::kXLd : zrow) + 2 * qd;
+      pb[i] = (rb < T ? sx + rb * C::kXLd : zrow) + 2 * qd;
+    }
+    const unsigned char* rowp[NT];  // this lane's weight rows' codes in the stage
+#pragma unroll
+    for (int j = 0; j < NT; ++j) rowp[j] = sd + (rw + 8 * j) * C::kDataLd;
+    // NVFP4: the stage's BK/16 scale bytes of each row; FP8 blocks: each row's block scale.
+    uint32_t scw[NT][C::kWScale];
+    float sj[NT];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      sj[j] = 0.0f;
+      if constexpr (F == SFmt::NVFP4) {
+        const unsigned char* p = sd + kSBN * C::kDataLd + (rw + 8 * j) * C::kScLd;
+        if constexpr (C::kWScale % 4 == 0) {
+#pragma unroll
+          for (int v = 0; v < C::kWScale / 4; ++v) {
+            const uint4 w4 = *reinterpret_cast<const uint4*>(p + 16 * v);
+            scw[j][4 * v] = w4.x, scw[j][4 * v + 1] = w4.y;
+            scw[j][4 * v + 2] = w4.z, scw[j][4 * v + 3] = w4.w;
+          }
+        } else {
+          const uint2 w2 = *reinterpret_cast<const uint2*>(p);
+          scw[j][0] = w2.x, scw[j][1] = w2.y;
+        }
+      } else if constexpr (F == SFmt::FP8B) {
+        sj[j] = __ldg(bgrid + brow[j] + min((kt0 + kt) * BK / a.blk, a.kb - 1));
+      }
+    }
+
+    // One chunk's registers: A words [slice][tile][4] and the codes: NVFP4 [j][slice / 2] (16
+    // bytes = two slices), FP8 [slice][j][2] (the words with k0 + 2q.. and k0 + 8 + 2q..).
+    struct Regs {
+      uint32_t af[kChunk][MT][4];
+      uint4 w4[NT][kChunk / 2 > 0 ? kChunk / 2 : 1];
+      uint32_t w8[kChunk][NT][2];
+    };
+    auto load_chunk = [&](Regs& r, int c) {
+#pragma unroll
+      for (int s = 0; s < kChunk; ++s) {
+        const int ko = 16 * (c * kChunk + s);
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+          r.af[s][i][0] = lds32(pa[i] + ko);
+          r.af[s][i][2] = lds32(pa[i] + ko + 8);
+          const bool hi = MR > 2 * i + 1;  // rows g + 8 exist in this variant
+          r.af[s][i][1] = hi ? lds32(pb[i] + ko) : 0u;
+          r.af[s][i][3] = hi ? lds32(pb[i] + ko + 8) : 0u;
+        }
+      }
+      if constexpr (F == SFmt::NVFP4) {
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int v = 0; v < kChunk / 2; ++v)
+            r.w4[j][v] = *reinterpret_cast<const uint4*>(rowp[j] + 8 * (c * kChunk + 2 * v));
+      } else {
+#pragma unroll
+        for (int s = 0; s < kChunk; ++s)
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            const unsigned char* p = rowp[j] + 16 * (c * kChunk + s) + wo;
+            r.w8[s][j][0] = lds32(p);
+            r.w8[s][j][1] = lds32(p + 8);
+          }
+      }
+    };
+    auto compute_chunk = [&](const Regs& r, int c) {
+      if constexpr (F == SFmt::NVFP4) {
+        // Table lookups of all the chunk's code bytes first, then scale and multiply.
+        uint32_t l0[kChunk][NT], l1[kChunk][NT];
+#pragma unroll
+        for (int s = 0; s < kChunk; ++s)
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            const uint4& w = r.w4[j][s / 2];
+            const uint32_t c0 = prmt(s % 2 ? w.z : w.x, 0u, selq);  // k0 + 2q, +1
+            const uint32_t c1 = prmt(s % 2 ? w.w : w.y, 0u, selq);  // k0 + 8 + 2q, +1
+            l0[s][j] = lds32(lutl + c0 * 128u);
+            l1[s][j] = lds32(lutl + c1 * 128u);
+          }
+#pragma unroll
+        for (int s = 0; s < kChunk; ++s) {
+          const int sg = c * kChunk + s;  // the slice in the stage = its scale byte
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            const uint32_t S2 =  // (S, S): scale byte sg as [S, 0, S, 0]
+                e4m3x2_bf16x2(prmt(scw[j][sg / 4], 0u, 0x4040u | uint32_t(sg % 4) * 0x101u));
+            const uint32_t b0 = bf16x2_mul(l0[s][j], S2), b1 = bf16x2_mul(l1[s][j], S2);
+#pragma unroll
+            for (int i = 0; i < MT; ++i) mma_bf16(acc[i][j], r.af[s][i], b0, b1);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int s = 0; s < kChunk; ++s)
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            uint32_t b0 = e4m3x2_bf16x2(prmt(r.w8[s][j][0], 0u, selh));
+            uint32_t b1 = e4m3x2_bf16x2(prmt(r.w8[s][j][1], 0u, selh));
+            if constexpr (F == SFmt::FP8B) {
+              b0 = scale_pair(b0, sj[j], sj[j]);
+              b1 = scale_pair(b1, sj[j], sj[j]);
+            }
+#pragma unroll
+            for (int i = 0; i < MT; ++i) mma_bf16(acc[i][j], r.af[s][i], b0, b1);
+          }
+      }
+    };
+    Regs regs[2];
+    load_chunk(regs[0], 0);
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      if (c + 1 < kChunks) load_chunk(regs[(c + 1) & 1], c + 1);
+      compute_chunk(regs[c & 1], c);
+    }
+
+    // End of a segment (folding mode): tot = c_0, then tot = tot + c_s; acc restarts from 0.
+    if (!split && ((kt + 1) % a.seg_stages == 0 || kt + 1 == KT)) {
+      const bool first = kt < a.seg_stages;
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            tot[i][j][e] = first ? acc[i][j][e] : __fadd_rn(tot[i][j][e], acc[i][j][e]);
+            acc[i][j][e] = 0.0f;
+          }
+    }
+  }
+  cp_async_wait<0>();
+
+  // Accumulator element (i, j, e): row 16i + lane/4 (+8 for e >= 2), column (weight row)
+  // n0 + 8·NT·warp + 8j + 2·(lane % 4) + (e & 1).
+  auto out_row = [&](int i, int e) { return 16 * i + g + (e >> 1) * 8; };
+  auto out_col = [&](int j, int e) { return n0 + warp * 8 * NT + 8 * j + 2 * qd + (e & 1); };
+  if (split) {  // store this segment's partial; the tile's last block adds them in order
+    float* p = a.part + size_t(blockIdx.y) * size_t(T) * N;
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = out_row(i, e), c = out_col(j, e);
+          if (r < T && c < N) p[size_t(r) * N + c] = acc[i][j][e];
+        }
+    __threadfence();
+    __syncthreads();
+    __shared__ int is_last;
+    const int tile = int(blockIdx.x);
+    if (tid == 0) is_last = atomicAdd(&a.counters[tile], 1) == int(gridDim.y) - 1;
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = out_row(i, e), c = out_col(j, e);
+          if (r < T && c < N) {
+            const size_t o = size_t(r) * N + c;
+            float v = __ldcg(a.part + o);
+            for (int z = 1; z < int(gridDim.y); ++z)
+              v = __fadd_rn(v, __ldcg(a.part + size_t(z) * size_t(T) * N + o));
+            tot[i][j][e] = v;
+          }
+        }
+    if (tid == 0) a.counters[tile] = 0;  // ready for the next call
+  }
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = out_row(i, e), c = out_col(j, e);
+        if (r < T && c < N) a.y[size_t(r) * N + c] = __fmul_rn(epi_factor(a.epi, c), tot[i][j][e]);
+      }
+}
+
+template <SFmt F, int MR, int BK, int STAGES>
+cudaError_t launch_scaled(ScaledArgs a, int64_t kseg, cudaStream_t s, void* ws, size_t ws_bytes) {
+  using C = SCfg<F, BK>;
+  constexpr int NT = MR <= 2 ? 1 : 2;
+  auto* kern = matmul_scaled_kernel<F, MR, NT, BK, STAGES>;
+  static bool attr_set = false;  // per instantiation; idempotent, so a race is harmless
+  if (!attr_set) {
+    const cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               int(C::smem(8 * MR, STAGES)));
+    if (e != cudaSuccess) return e;
+    attr_set = true;
+  }
+  const int segs = int((a.K + kseg - 1) / kseg);
+  // Segments are whole k-stages (kseg is a multiple of BK), or all of K.
+  a.seg_stages = segs == 1 ? (a.K + BK - 1) / BK : int(kseg / BK);
+  const int64_t tiles = (a.N + kSBN - 1) / kSBN;
+  const bool split =
+      segs > 1 && tiles <= kMaxTiles && ws && ws_bytes >= matmul_workspace_bytes(a.T, a.N, a.K);
+  a.counters = static_cast<int*>(ws);
+  a.part = split ? reinterpret_cast<float*>(static_cast<char*>(ws) + counter_bytes()) : nullptr;
+  const dim3 grid(unsigned(tiles), unsigned(split ? segs : 1));
+  kern<<<grid, 256 / NT, C::smem(a.T, STAGES), s>>>(a);
+  return cudaGetLastError();
+}
+
+// Stage shapes by T (x's rows share the stages with the codes; 2-3 blocks an SM), from
+// `bench_cuda_kernels scaled` on the H200 (T = 1, config 0 vs the others): stages of 512 k
+// (256 bytes of codes a row for NVFP4, 512 for FP8) beat 256 and 1024; NVFP4 512 × 3 up to
+// T = 4 (95-107 KB with its 32 KB table), then 256 × 4 / 256 × 3 / 128 × 4 / 128 × 3 as x grows;
+// FP8 512 × 2 up to T = 8 (70 KB at T = 1: three blocks an SM), then 256 × 4, 128 × 4; FP8
+// blocks 128 × 6 / 4 (B % 128 == 0: one block column a stage). Where 512 does not divide the
+// segment length (kseg 256, benchmarks only) the 256-k shape runs.
+int g_scaled_config = 0;  // set_matmul_scaled_config (benchmarks only)
+
+cudaError_t launch_fused(SFmt f, const ScaledArgs& a, int64_t kseg, cudaStream_t s, void* ws,
+                         size_t ws_bytes) {
+  const int mr = (a.T + 7) / 8;
+  // Stages of BK fit the segments when BK divides kseg (or there is one segment).
+  auto fits = [&](int bk) { return kseg % bk == 0 || kseg >= a.K; };
+  const int cfg = g_scaled_config;  // benchmarks: other shapes at T <= 8
+  switch (f) {
+    case SFmt::NVFP4:
+      if (mr == 1) {
+        if (cfg == 1) return launch_scaled<SFmt::NVFP4, 1, 256, 4>(a, kseg, s, ws, ws_bytes);
+        if (cfg == 2 && fits(1024))
+          return launch_scaled<SFmt::NVFP4, 1, 1024, 2>(a, kseg, s, ws, ws_bytes);
+        if (cfg == 3 && fits(1024))
+          return launch_scaled<SFmt::NVFP4, 1, 1024, 3>(a, kseg, s, ws, ws_bytes);
+        return a.T <= 4 && fits(512)
+                   ? launch_scaled<SFmt::NVFP4, 1, 512, 3>(a, kseg, s, ws, ws_bytes)
+                   : launch_scaled<SFmt::NVFP4, 1, 256, 4>(a, kseg, s, ws, ws_bytes);
+      }
+      if (mr == 2) return launch_scaled<SFmt::NVFP4, 2, 256, 3>(a, kseg, s, ws, ws_bytes);
+      if (mr <= 4) return launch_scaled<SFmt::NVFP4, 4, 128, 4>(a, kseg, s, ws, ws_bytes);
+      return launch_scaled<SFmt::NVFP4, 8, 128, 3>(a, kseg, s, ws, ws_bytes);
+    case SFmt::FP8:
+      if (mr == 1) {
+        if (cfg == 1) return launch_scaled<SFmt::FP8, 1, 256, 4>(a, kseg, s, ws, ws_bytes);
+        if (cfg == 2 && fits(512))
+          return launch_scaled<SFmt::FP8, 1, 512, 3>(a, kseg, s, ws, ws_bytes);
+        if (cfg == 3 && fits(1024))
+          return launch_scaled<SFmt::FP8, 1, 1024, 2>(a, kseg, s, ws, ws_bytes);
+        return fits(512) ? launch_scaled<SFmt::FP8, 1, 512, 2>(a, kseg, s, ws, ws_bytes)
+                         : launch_scaled<SFmt::FP8, 1, 256, 4>(a, kseg, s, ws, ws_bytes);
+      }
+      if (mr == 2) return launch_scaled<SFmt::FP8, 2, 256, 4>(a, kseg, s, ws, ws_bytes);
+      if (mr <= 4) return launch_scaled<SFmt::FP8, 4, 128, 4>(a, kseg, s, ws, ws_bytes);
+      return launch_scaled<SFmt::FP8, 8, 128, 4>(a, kseg, s, ws, ws_bytes);
+    case SFmt::FP8B:
+    default:
+      if (mr == 1) return launch_scaled<SFmt::FP8B, 1, 128, 6>(a, kseg, s, ws, ws_bytes);
+      if (mr == 2) return launch_scaled<SFmt::FP8B, 2, 128, 6>(a, kseg, s, ws, ws_bytes);
+      if (mr <= 4) return launch_scaled<SFmt::FP8B, 4, 128, 4>(a, kseg, s, ws, ws_bytes);
+      return launch_scaled<SFmt::FP8B, 8, 128, 4>(a, kseg, s, ws, ws_bytes);
+  }
+}
+
+// Inner values of weight rows row0 .. row0 + rows - 1 as bf16 [rows, K]: one thread per 8
+// elements (one 16-byte store).
+struct DqArgs {
+  const uint8_t* q = nullptr;
+  const void* sc = nullptr;
+  SFmt fmt = SFmt::NVFP4;
+  int K = 0, blk = 0, kb = 0;
+  int64_t row0 = 0, rows = 0;
+  __nv_bfloat16* out = nullptr;
+};
+__global__ void __launch_bounds__(256) dequant_scaled_kernel(const DqArgs a) {
+  // rows · K/8 < 2^31 per launch: 32-bit index arithmetic.
+  const uint32_t per_row = uint32_t(a.K / 8);
+  const uint32_t idx = blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= uint32_t(a.rows) * per_row) return;
+  const uint32_t r = idx / per_row;
+  const int k = int(idx - r * per_row) * 8;
+  const int64_t n = a.row0 + r;
+  uint32_t o[4];
+  if (a.fmt == SFmt::NVFP4) {
+    const uint32_t codes = *reinterpret_cast<const uint32_t*>(a.q + n * (a.K / 2) + k / 2);
+    const uint32_t sb = static_cast<const uint8_t*>(a.sc)[n * (a.K / 16) + k / 16];
+    const uint32_t S2 = e4m3x2_bf16x2(sb | sb << 16);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o[i] = bf16x2_mul(e2m1x2_bf16x2((codes >> (8 * i)) & 0xFFu), S2);
+  } else {
+    const uint2 c = *reinterpret_cast<const uint2*>(a.q + n * a.K + k);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      o[i] = e4m3x2_bf16x2(prmt(i < 2 ? c.x : c.y, 0u, (i & 1) ? 0x4342u : 0x4140u));
+    if (a.fmt == SFmt::FP8B) {
+      const float* row = static_cast<const float*>(a.sc) + (n / a.blk) * a.kb;
+      if (a.blk % 8 == 0) {  // the 8 elements share a block
+        const float sk = __ldg(row + k / a.blk);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) o[i] = scale_pair(o[i], sk, sk);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          o[i] = scale_pair(o[i], __ldg(row + (k + 2 * i) / a.blk),
+                            __ldg(row + (k + 2 * i + 1) / a.blk));
+      }
+    }
+  }
+  *reinterpret_cast<uint4*>(a.out + size_t(r) * a.K + k) = make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+SFmt sfmt(ScaledFormat f) {
+  return f == ScaledFormat::NVFP4       ? SFmt::NVFP4
+         : f == ScaledFormat::FP8Blocks ? SFmt::FP8B
+                                        : SFmt::FP8;
+}
+
+bool scaled_args_ok(const ScaledWeight& w) {
+  if (w.N <= 0 || w.K <= 0 || w.N > 0x7fffffff || w.K > 0x7fffffff || !w.data) return false;
+  switch (w.format) {
+    case ScaledFormat::NVFP4:
+      return w.K % 16 == 0 && w.scales;
+    case ScaledFormat::FP8:
+      return w.K % 8 == 0;
+    case ScaledFormat::FP8Rows:
+      return w.K % 8 == 0 && w.scales;
+    case ScaledFormat::FP8Blocks:
+      return w.K % 8 == 0 && w.scales && w.block > 0 && w.block <= 0x7fffffff;
+  }
+  return false;
+}
+
+constexpr int64_t kDequantScratchCap = int64_t(128) << 20;  // the dequant path's preferred bound
+
+}  // namespace
+
+void set_matmul_scaled_config(int config) {
+  g_scaled_config = config;
+}
+
+bool matmul_scaled_fused_ok(const ScaledWeight& w) {
+  if (!scaled_args_ok(w) || reinterpret_cast<uintptr_t>(w.data) % 16) return false;
+  if ((w.N + kSBN - 1) / kSBN > 0x7fffffff) return false;
+  switch (w.format) {
+    case ScaledFormat::NVFP4:
+      return w.K % 64 == 0 && reinterpret_cast<uintptr_t>(w.scales) % 4 == 0;
+    case ScaledFormat::FP8Blocks:
+      return w.K % 16 == 0 && w.block % 128 == 0;
+    default:
+      return w.K % 16 == 0;
+  }
+}
+
+size_t matmul_scaled_scratch_bytes(const ScaledWeight& w) {
+  const int64_t row = w.K * 2, whole = w.N * row;
+  return size_t(std::min(whole, std::max(kDequantScratchCap, row * 128)));
+}
+
+cudaError_t dequant_scaled(const ScaledWeight& w, int64_t row0, int64_t rows, bf16_bits* out,
+                           cudaStream_t s) {
+  if (!scaled_args_ok(w) || row0 < 0 || rows < 0 || row0 + rows > w.N ||
+      reinterpret_cast<uintptr_t>(out) % 16 ||
+      reinterpret_cast<uintptr_t>(w.data) % (w.format == ScaledFormat::NVFP4 ? 4 : 8))
+    return cudaErrorInvalidValue;
+  if (rows == 0) return cudaSuccess;
+  DqArgs a;
+  a.q = w.data, a.sc = w.scales, a.fmt = sfmt(w.format), a.K = int(w.K);
+  a.blk = int(w.block), a.kb = w.block > 0 ? int((w.K + w.block - 1) / w.block) : 0;
+  const int64_t per_row = w.K / 8, max_rows = std::max<int64_t>(1, (int64_t(1) << 30) / per_row);
+  for (int64_t r0 = 0; r0 < rows; r0 += max_rows) {  // launches of < 2^30 groups of 8
+    a.row0 = row0 + r0, a.rows = std::min(max_rows, rows - r0);
+    a.out = reinterpret_cast<__nv_bfloat16*>(out + r0 * w.K);
+    const int64_t n = a.rows * per_row;
+    dequant_scaled_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(a);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t matmul_scaled(const bf16_bits* x, int64_t T, const ScaledWeight& w, float* y,
+                          cudaStream_t s, ScaledKernel kernel, void* workspace,
+                          size_t workspace_bytes, void* scratch, size_t scratch_bytes) {
+  if (T < 0 || T > 0x7fffffff || !scaled_args_ok(w) || reinterpret_cast<uintptr_t>(x) % 16)
+    return cudaErrorInvalidValue;
+  if (T == 0) return cudaSuccess;
+  const bool fused_ok = T <= 64 && matmul_scaled_fused_ok(w);
+  if (kernel == ScaledKernel::Auto) kernel = fused_ok ? ScaledKernel::Fused : ScaledKernel::Dequant;
+  if (kernel == ScaledKernel::Fused && !fused_ok) return cudaErrorInvalidValue;
+  const int64_t kseg = matmul_kseg(w.N, w.K);
+  Epi epi;
+  epi.rows = w.format == ScaledFormat::FP8Rows ? static_cast<const float*>(w.scales) : nullptr;
+  epi.scale = w.scale;
+  epi.on = 1;
+  if (kernel == ScaledKernel::Fused) {
+    ScaledArgs a;
+    a.x = reinterpret_cast<const __nv_bfloat16*>(x);
+    a.q = w.data, a.sc = w.scales, a.epi = epi;
+    a.T = int(T), a.N = int(w.N), a.K = int(w.K);
+    a.blk = int(w.block), a.kb = w.block > 0 ? int((w.K + w.block - 1) / w.block) : 0;
+    a.y = y;
+    return launch_fused(sfmt(w.format), a, kseg, s, workspace, workspace_bytes);
+  }
+  // Dequant: blocks of rows through the scratch (a whole number of Tile128 column blocks when
+  // the weight does not fit), each a launch of the bf16 kernels with the whole weight's
+  // segments, writing its columns of y (row stride N).
+  const int64_t row_bytes = w.K * 2;
+  int64_t rows = std::min<int64_t>(w.N, int64_t(scratch_bytes) / row_bytes);
+  if (rows < w.N) rows -= rows % 128;
+  if (!scratch || rows <= 0 || reinterpret_cast<uintptr_t>(scratch) % 16)
+    return cudaErrorInvalidValue;
+  auto* inner = static_cast<bf16_bits*>(scratch);
+  for (int64_t r0 = 0; r0 < w.N; r0 += rows) {
+    const int64_t R = std::min(rows, w.N - r0);
+    cudaError_t e = dequant_scaled(w, r0, R, inner, s);
+    if (e != cudaSuccess) return e;
+    Epi ep = epi;
+    if (ep.rows) ep.rows += r0;
+    e = dispatch_bf16(x, int(T), inner, int(R), int(w.K), y + r0, s, MatmulKernel::Auto, workspace,
+                      workspace_bytes, kseg, int(w.N), w.N, ep);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
 }
 
 }  // namespace basalt::cuda
