@@ -9,6 +9,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "engine/generator.h"
+#include "golden_util.h"
 #include "io/npy.h"
 #include "models/model.h"
 #include "ops/ref/ref_ops.h"
@@ -62,44 +63,14 @@ class Golden : public ::testing::TestWithParam<GoldenCase> {};
 TEST_P(Golden, LogitsAndGreedyMatchTransformers) {
   const GoldenCase& gc = GetParam();
   const json ref = read_json(gc.reference_path);
-  const auto ids = ref["input_ids"].get<std::vector<int32_t>>();
-  const std::string npy = std::filesystem::path(gc.reference_path).parent_path() /
-                          ref["logits_file"].get<std::string>();
-  const io::NpyArray want = io::npy_read(npy);
   auto model = model_load(gc.model_path);
-  ASSERT_EQ(want.shape[0], int64_t(ids.size()));
-  ASSERT_EQ(want.shape[1], model->config().vocab);
-  float max_ref = 0.0f;
-  for (float v : want.data) max_ref = std::max(max_ref, std::fabs(v));
-
-  auto cpu = cpu::make_cpu_backend(2);
-  auto refb = ref::make_ref_backend();
-  for (Backend* be : {cpu.get(), refb.get()}) {
-    Generator gen(*model, *be);
-    const std::vector<float> got = gen.logits(ids, 0);
-    ASSERT_EQ(got.size(), want.data.size());
-    float max_err = 0.0f;
-    for (size_t i = 0; i < got.size(); ++i)
-      max_err = std::max(max_err, std::fabs(got[i] - want.data[i]));
-    EXPECT_LE(max_err, 1e-4f * max_ref) << gc.name << " on " << be->name();
-  }
-
-  const auto prompt = ref["greedy_prompt"].get<std::vector<int32_t>>();
-  const auto want_ids = ref["greedy_ids"].get<std::vector<int32_t>>();
-  Generator gen(*model, *cpu);
-  GenerateOptions opt;
-  opt.max_new_tokens = int64_t(want_ids.size());
-  opt.ignore_eos = true;
-  std::vector<int32_t> got_ids;
-  gen.generate(prompt, opt, [&](int32_t t) {
-    got_ids.push_back(t);
-    return true;
-  });
-  EXPECT_EQ(got_ids, want_ids) << gc.name;
+  const std::vector<int32_t> got_ids = test::expect_matches_reference(
+      *model, ref, std::filesystem::path(gc.reference_path).parent_path().string(), gc.name);
 
   if (ref.contains("text")) {  // real tokenizer: same ids and text as transformers
     auto tok = tok::tokenizer_from_checkpoint(model->checkpoint());
-    EXPECT_EQ(tok->encode(ref["text"].get<std::string>(), false, true), ids);
+    EXPECT_EQ(tok->encode(ref["text"].get<std::string>(), false, true),
+              ref["input_ids"].get<std::vector<int32_t>>());
     EXPECT_EQ(tok->decode(got_ids), ref["greedy_text"].get<std::string>());
   }
 }

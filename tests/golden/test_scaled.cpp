@@ -12,6 +12,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "engine/generator.h"
+#include "golden_util.h"
 #include "io/checkpoint.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
@@ -137,35 +138,8 @@ class ScaledModel : public ::testing::TestWithParam<std::string> {};
 // after the sum, transformers to each weight), and the same greedy continuation.
 TEST_P(ScaledModel, LogitsAndGreedyMatchTransformersOnDequantisedWeights) {
   const std::string dir = kDir + "/" + GetParam();
-  const json ref = read_json(dir + "/reference.json");
-  const auto ids = ref["input_ids"].get<std::vector<int32_t>>();
-  const io::NpyArray want = io::npy_read(dir + "/" + ref["logits_file"].get<std::string>());
   auto model = model_load(dir);
-  float max_ref = 0.0f;
-  for (float v : want.data) max_ref = std::max(max_ref, std::fabs(v));
-  auto cpu = cpu::make_cpu_backend(2);
-  auto refb = ref::make_ref_backend();
-  for (Backend* be : {cpu.get(), refb.get()}) {
-    Generator gen(*model, *be);
-    const std::vector<float> got = gen.logits(ids, 0);
-    ASSERT_EQ(got.size(), want.data.size());
-    float max_err = 0.0f;
-    for (size_t i = 0; i < got.size(); ++i)
-      max_err = std::max(max_err, std::fabs(got[i] - want.data[i]));
-    EXPECT_LE(max_err, 1e-4f * max_ref) << be->name();
-  }
-  const auto prompt = ref["greedy_prompt"].get<std::vector<int32_t>>();
-  const auto want_ids = ref["greedy_ids"].get<std::vector<int32_t>>();
-  Generator gen(*model, *cpu);
-  GenerateOptions opt;
-  opt.max_new_tokens = int64_t(want_ids.size());
-  opt.ignore_eos = true;
-  std::vector<int32_t> got_ids;
-  gen.generate(prompt, opt, [&](int32_t t) {
-    got_ids.push_back(t);
-    return true;
-  });
-  EXPECT_EQ(got_ids, want_ids);
+  test::expect_matches_reference(*model, read_json(dir + "/reference.json"), dir, GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ScaledModel, ::testing::ValuesIn(model_cases()),

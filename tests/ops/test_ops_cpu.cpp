@@ -11,17 +11,12 @@
 #include "backends/cpu/cpu_backend.h"
 #include "core/dtype.h"
 #include "ops/ref/ref_ops.h"
+#include "ops_test_util.h"
 
 namespace basalt {
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using test::randn;
 
 // Weight storage of one dtype built from f32 values (rounded like a checkpoint would be).
 struct TestWeight {
@@ -73,18 +68,7 @@ TEST_P(MatmulVsRef, MatchesReference) {
   ref::matmul(x.data(), T, w.ref, want.data());
   auto be = cpu::make_cpu_backend(2);
   be->matmul(x.data(), T, w.ref, got.data());
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t n = 0; n < N; ++n) {
-      // Error bound: eps · Σ|x·w| per element.
-      std::vector<float> row(static_cast<size_t>(K));
-      ref::weight_row_f32(w.ref, n, row.data());
-      double mag = 0;
-      for (int64_t k = 0; k < K; ++k)
-        mag += std::fabs(double(x[size_t(t * K + k)]) * row[size_t(k)]);
-      ASSERT_NEAR(got[size_t(t * N + n)], want[size_t(t * N + n)], 1e-6 * mag + 1e-30)
-          << "t=" << t << " n=" << n;
-    }
-  }
+  EXPECT_TRUE(test::matmul_within_bound(x, T, w.ref, got, want, 1e-6));  // eps · Σ|x·w|
 }
 
 INSTANTIATE_TEST_SUITE_P(

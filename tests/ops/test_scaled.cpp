@@ -13,17 +13,12 @@
 #include "core/dtype.h"
 #include "ops/ref/ref_ops.h"
 #include "ops/ref/scaled.h"
+#include "ops_test_util.h"
 
 namespace basalt {
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using test::randn;
 
 TEST(Fp8E4M3, EveryCodeRoundTrips) {
   for (int c = 0; c < 256; ++c) {
@@ -56,7 +51,9 @@ TEST(Fp4E2M1, CodesTiesAndSaturation) {
   const float mags[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
   for (int c = 0; c < 16; ++c) {
     EXPECT_EQ(fp4_e2m1_to_f32(uint8_t(c)), c & 8 ? -mags[c & 7] : mags[c & 7]);
-    if (c != 8) EXPECT_EQ(f32_to_fp4_e2m1(fp4_e2m1_to_f32(uint8_t(c))), c);
+    if (c != 8) {
+      EXPECT_EQ(f32_to_fp4_e2m1(fp4_e2m1_to_f32(uint8_t(c))), c);
+    }
   }
   // Midpoints: to the even code.
   const std::pair<float, int> ties[] = {{0.25f, 0}, {0.75f, 2}, {1.25f, 2}, {1.75f, 4},
@@ -199,16 +196,7 @@ TEST(ScaledMatmul, CpuIsFactorTimesInnerMatmulAndIndependentOfT) {
       // And close to the scalar reference (a different summation order).
       std::vector<float> r(size_t(T * N));
       ref::matmul(x.data(), T, w.ref, r.data());
-      std::vector<float> row(static_cast<size_t>(K));
-      for (int64_t n = 0; n < N; ++n) {
-        ref::weight_row_f32(w.ref, n, row.data());
-        for (int64_t t = 0; t < T; ++t) {
-          double mag = 0;
-          for (int64_t k = 0; k < K; ++k)
-            mag += std::fabs(double(x[size_t(t * K + k)]) * row[size_t(k)]);
-          ASSERT_NEAR(all[size_t(t * N + n)], r[size_t(t * N + n)], 2e-6 * mag + 1e-30);
-        }
-      }
+      EXPECT_TRUE(test::matmul_within_bound(x, T, w.ref, all, r, 2e-6));
     }
 }
 
