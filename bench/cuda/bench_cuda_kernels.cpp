@@ -424,18 +424,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  // Copy bandwidth: 1 GiB device to device, bytes read + written.
-  const size_t copy_bytes = size_t(1) << 30;
-  void *ca, *cb;
-  CK(cudaMalloc(&ca, copy_bytes));
-  CK(cudaMalloc(&cb, copy_bytes));
-  CK(cudaMemset(ca, 0x5a, copy_bytes));
-  const double copy_ms = time_ms(
-      [&](int) { CK(cudaMemcpyAsync(cb, ca, copy_bytes, cudaMemcpyDeviceToDevice)); }, 3, 20);
-  const double copy_gbs = 2.0 * copy_bytes / (copy_ms * 1e-3) / 1e9;
-  std::printf("copy 1 GiB d2d: %.3f ms, %.0f GB/s (read + write)\n", copy_ms, copy_gbs);
-  CK(cudaFree(ca));
-  CK(cudaFree(cb));
+  const double copy_gbs = measure_copy_gbs();
 
   struct Shape {
     int64_t N, K;

@@ -99,6 +99,12 @@ struct AttentionArgs {
   const uint8_t* fp8_codes(const void* base, int64_t t, int64_t j, int64_t hk) const {
     return static_cast<const uint8_t*>(base) + fp8_block(t, j) + ((j % block_size) * Hkv + hk) * D;
   }
+  // The D codes of that row as f32 values (before the scale), into out; returns out.
+  float* fp8_decode(const void* base, int64_t t, int64_t j, int64_t hk, float* out) const {
+    const uint8_t* c = fp8_codes(base, t, j, hk);
+    for (int64_t i = 0; i < D; ++i) out[i] = fp8_e4m3_to_f32(c[i]);
+    return out;
+  }
   float fp8_scale(const void* base, int64_t t, int64_t j, int64_t hk) const {
     const auto* s = reinterpret_cast<const float*>(static_cast<const uint8_t*>(base) +
                                                    fp8_block(t, j) + block_size * Hkv * D);

@@ -58,16 +58,12 @@ class CpuBackend final : public HostBackend {
       if (s.size() < size_t(n_keys)) s.resize(size_t(n_keys));
       row.resize(size_t(a.D));
       const bool fp8 = a.kv == DType::F8_E4M3;  // as ref::attention: scales after the sums
-      auto decode = [&](const void* base, int64_t j) {
-        const uint8_t* c = a.fp8_codes(base, t, j, hk);
-        for (int64_t i = 0; i < a.D; ++i) row[size_t(i)] = fp8_e4m3_to_f32(c[i]);
-        return row.data();
-      };
       const float* q = a.q + (t * a.H + h) * a.D;
       float m = -INFINITY;
       for (int64_t j = 0; j < n_keys; ++j) {
         if (fp8)
-          s[size_t(j)] = dot_f32(q, decode(a.k, j), a.D) * a.fp8_scale(a.k, t, j, hk) * a.scale;
+          s[size_t(j)] = dot_f32(q, a.fp8_decode(a.k, t, j, hk, row.data()), a.D) *
+                         a.fp8_scale(a.k, t, j, hk) * a.scale;
         else
           s[size_t(j)] = dot_f32(q, a.key(t, j) + hk * a.D, a.D) * a.scale;
         m = std::max(m, s[size_t(j)]);
@@ -81,7 +77,8 @@ class CpuBackend final : public HostBackend {
       std::fill(o, o + a.D, 0.0f);
       for (int64_t j = 0; j < n_keys; ++j) {
         if (fp8)
-          axpy_f32(o, s[size_t(j)] * a.fp8_scale(a.v, t, j, hk), decode(a.v, j), a.D);
+          axpy_f32(o, s[size_t(j)] * a.fp8_scale(a.v, t, j, hk),
+                   a.fp8_decode(a.v, t, j, hk, row.data()), a.D);
         else
           axpy_f32(o, s[size_t(j)], a.value(t, j) + hk * a.D, a.D);
       }

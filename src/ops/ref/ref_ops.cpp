@@ -124,11 +124,6 @@ void attention(const AttentionArgs& a) {
   const int64_t group = a.H / a.Hkv;
   const bool fp8 = a.kv == DType::F8_E4M3;
   std::vector<float> row(static_cast<size_t>(a.D));
-  auto decode = [&](const void* base, int64_t t, int64_t j, int64_t hk) {
-    const uint8_t* c = a.fp8_codes(base, t, j, hk);
-    for (int64_t i = 0; i < a.D; ++i) row[size_t(i)] = fp8_e4m3_to_f32(c[i]);
-    return row.data();
-  };
   for (int64_t t = 0; t < a.T; ++t) {
     const int64_t n_keys = a.pos[t] + 1;
     std::vector<float> s(static_cast<size_t>(n_keys));
@@ -137,7 +132,7 @@ void attention(const AttentionArgs& a) {
       const float* q = a.q + (t * a.H + h) * a.D;
       float m = -INFINITY;
       for (int64_t j = 0; j < n_keys; ++j) {
-        const float* k = fp8 ? decode(a.k, t, j, hk) : a.key(t, j) + hk * a.D;
+        const float* k = fp8 ? a.fp8_decode(a.k, t, j, hk, row.data()) : a.key(t, j) + hk * a.D;
         float d = 0.0f;
         for (int64_t i = 0; i < a.D; ++i) d += q[i] * k[i];
         if (fp8) d *= a.fp8_scale(a.k, t, j, hk);
@@ -152,7 +147,7 @@ void attention(const AttentionArgs& a) {
       float* o = static_cast<float*>(a.out) + (t * a.H + h) * a.D;
       for (int64_t i = 0; i < a.D; ++i) o[i] = 0.0f;
       for (int64_t j = 0; j < n_keys; ++j) {
-        const float* v = fp8 ? decode(a.v, t, j, hk) : a.value(t, j) + hk * a.D;
+        const float* v = fp8 ? a.fp8_decode(a.v, t, j, hk, row.data()) : a.value(t, j) + hk * a.D;
         const float w = fp8 ? s[size_t(j)] * a.fp8_scale(a.v, t, j, hk) : s[size_t(j)];
         for (int64_t i = 0; i < a.D; ++i) o[i] += w * v[i];
       }
