@@ -1,5 +1,6 @@
-// The embedded default model: the files of models/default/, assembled into the binary by
-// cmake/embed_model.cmake. The table ends with a {nullptr, nullptr, 0} row.
+// Files assembled into the binary by cmake/embed_model.cmake: the default model (models/default/)
+// and the shipped kernel recipes (recipes/*.json). Each table ends with a {nullptr, nullptr, 0}
+// row.
 #pragma once
 #include <cstddef>
 
@@ -10,4 +11,5 @@ struct EmbeddedFile {
   size_t size;
 };
 const EmbeddedFile* basalt_embedded_files();
+const EmbeddedFile* basalt_embedded_recipes();
 }  // namespace basalt

@@ -23,8 +23,10 @@
 #include <functional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "core/dtype.h"
+#include "ops/kernels.h"
 
 namespace basalt {
 
@@ -251,7 +253,30 @@ class Backend {
   virtual void gated_rmsnorm(const float* x, const float* z, const float* w, void* y, int64_t rows,
                              int64_t n, float eps);
 
+  // --- kernel variants and recipes (ops/kernels.h, kernels/, docs/tuning.md) --------------------
+  // The device a recipe must have been measured on.
+  virtual DeviceIdentity identity() const;  // default: {name(), name()}
+  // The ops with more than one implementation on this backend (none: nothing to tune).
+  virtual std::vector<OpKernels> kernel_registry() const { return {}; }
+  // The dtype name kernels are chosen by for a weight (host WeightRef as loaded) as this backend
+  // would run it (e.g. CUDA runs F32/F16 weights as "bf16").
+  virtual std::string kernel_dtype(const WeightRef& w) const;
+  // Runs variant `v` of `shape.op` on synthetic inputs (a fixed function of the shape, so every
+  // variant of one shape sees the same inputs; weights rotated through more memory than the
+  // last-level cache): `warmup` untimed runs, then `reps` timed ones (device events on a GPU),
+  // under the choices in force for the other ops (e.g. the matmul_split of the weight shape).
+  // The output of the first timed run is returned when `want_output`. Throws basalt::Error for a
+  // shape or variant the registry does not support.
+  virtual VariantRun run_variant(const OpShape& shape, const KernelVariant& v, int warmup, int reps,
+                                 bool want_output);
+  // The choices to run from now on (replacing earlier ones): shapes not listed run the default.
+  virtual void set_kernel_choices(KernelChoices c) { choices_ = std::move(c); }
+  const KernelChoices& kernel_choices() const { return choices_; }
+
   uint64_t id() const { return id_; }  // unique per backend object (never reused)
+
+ protected:
+  KernelChoices choices_;
 
  private:
   uint64_t id_ = next_id();

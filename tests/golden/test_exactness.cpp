@@ -47,6 +47,47 @@ void check_chunkings(const std::string& path, int64_t T, DType kv = DType::F32) 
   }
 }
 
+// A recipe may choose the CPU matmul's tiling per T (each gives the same bits): with a different
+// variant for every (weight shape, T), logits stay bitwise equal across chunkings and to the
+// defaults'.
+TEST(Exactness, TunedChoicesPerTKeepTheContract) {
+  const std::string g = test::source_dir() + "/tests/golden";
+  for (const char* c : {"llama_gqa_untied", "qwen3_5"}) {
+    auto model = model_load(g + "/" + c);
+    const int64_t V = model->config().vocab, T = 150;
+    std::vector<int32_t> ids(static_cast<size_t>(T));
+    for (int64_t i = 0; i < T; ++i) ids[size_t(i)] = int32_t((i * 7919 + 13) % V);
+    auto plain = cpu::make_cpu_backend(2);
+    auto tuned = cpu::make_cpu_backend(2);
+    const OpKernels reg = tuned->kernel_registry().at(0);
+    KernelChoices ch;
+    const ModelWeights& w = model->weights();
+    std::vector<const WeightRef*> mats = {&w.lm_head};
+    for (const LayerWeights& L : w.layers)
+      for (const WeightRef* x : {&L.wq, &L.wk, &L.wv, &L.wo, &L.wq_gate, &L.w_gate, &L.w_up,
+                                 &L.w_down, &L.gdn_qkv, &L.gdn_z, &L.gdn_b, &L.gdn_a, &L.gdn_out})
+        if (x->data) mats.push_back(x);
+    for (const WeightRef* x : mats)
+      for (int64_t t = 1; t <= T; ++t) {
+        const OpShape s{"matmul", tuned->kernel_dtype(*x), t, x->rows, x->cols};
+        for (size_t k = 0; k < reg.variants.size(); ++k) {
+          const KernelVariant& v =
+              reg.variants[(size_t(t) * 7 + size_t(x->rows) + k) % reg.variants.size()];
+          if (reg.supports(v, s)) {
+            ch.set(s, v);
+            break;
+          }
+        }
+      }
+    tuned->set_kernel_choices(ch);
+    const std::vector<float> ref = Generator(*model, *plain).logits(ids, 0);
+    for (int64_t chunk : {0, 1, 7, 64}) {
+      const std::vector<float> got = Generator(*model, *tuned).logits(ids, chunk);
+      EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), ref.size() * 4)) << c << " chunk " << chunk;
+    }
+  }
+}
+
 TEST(Exactness, GoldenModelsBitwiseAcrossChunkingsThreadsAndDecode) {
   const std::string g = test::source_dir() + "/tests/golden";
   for (const char* c : {"llama_gqa_untied", "qwen3_untied_f16", "llama_headdim", "qwen3_moe",

@@ -1,15 +1,43 @@
 #include "backends/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "backends/cpu/kernels_hwy.h"
 #include "core/error.h"
+#include "ops/ref/quantize.h"
 #include "ops/ref/ref_ops.h"
+#include "ops/ref/scaled.h"
 
 namespace basalt::cpu {
 namespace {
+
+// The CPU's model name (x86: /proc/cpuinfo "model name"; Arm: its implementer and part), for
+// matching recipes.
+std::string cpu_model_name() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line, impl, part;
+  auto value = [](const std::string& l) {
+    const size_t c = l.find(':');
+    std::string v = c == std::string::npos ? "" : l.substr(c + 1);
+    v.erase(0, v.find_first_not_of(" \t"));
+    return v;
+  };
+  while (std::getline(f, line)) {
+    if (line.starts_with("model name")) return value(line);
+    if (line.starts_with("CPU implementer") && impl.empty()) impl = value(line);
+    if (line.starts_with("CPU part") && part.empty()) part = value(line);
+  }
+  if (!impl.empty()) return "arm implementer " + impl + " part " + part;
+  return "unknown cpu";
+}
 
 class CpuBackend final : public HostBackend {
  public:
@@ -20,17 +48,72 @@ class CpuBackend final : public HostBackend {
   }
   bool supports_weight(DType t) const override { return ref::weight_dtype_supported(t); }
 
-  // Split over output columns N in blocks of 16 (each thread owns whole dot products).
+  // Split over output columns N in blocks of `grain` (each thread owns whole dot products); with
+  // a row block, each task walks the rows of x in blocks of that many (x stays in cache while a
+  // block of columns is read). Neither changes a dot product's schedule (kernels_hwy.h), so every
+  // variant gives the same bits: the recipe may choose them per T (docs/tuning.md).
   void matmul(const void* xv, int64_t T, const WeightRef& w, float* y) override {
-    const float* x = static_cast<const float*>(xv);
     if (!supports_weight(w.dtype)) fail("[cpu] matmul: weight dtype {}", dtype_name(w.dtype));
-    const int64_t N = w.rows;
-    const int64_t grain = 16;
-    const int64_t blocks = (N + grain - 1) / grain;
-    pool_.parallel_for(blocks, [&](int64_t b) {
-      const int64_t n0 = b * grain, n1 = std::min(N, n0 + grain);
-      matmul_rows(x, T, w, n0, n1, y, N);
-    });
+    int64_t grain = kDefaultGrain, t_block = 0;
+    if (!choices_.empty()) {
+      const OpShape s{"matmul", kernel_dtype(w), T, w.rows, w.cols};
+      if (const KernelVariant* v = choices_.find(s)) {
+        grain = param(*v, "grain", grain);
+        t_block = param(*v, "t_block", 0);
+      }
+    }
+    matmul_with(static_cast<const float*>(xv), T, w, y, grain, t_block);
+  }
+
+  DeviceIdentity identity() const override {
+    DeviceIdentity d;
+    d.backend = "cpu";
+    d.name = cpu_model_name();
+    d.match["isa"] = simd_target_name();
+    d.match["cores"] = std::to_string(std::thread::hardware_concurrency());
+    d.info["threads"] = std::to_string(pool_.size());
+    return d;
+  }
+
+  std::vector<OpKernels> kernel_registry() const override {
+    OpKernels m;
+    m.op = "matmul";
+    m.doc = "columns per task (grain) and rows of x per sweep (t_block): same bits";
+    m.variants.push_back({"cols16", {{"grain", 16}}});  // the default
+    for (int64_t g : {64, 256}) m.variants.push_back({fmt::format("cols{}", g), {{"grain", g}}});
+    for (int64_t g : {16, 64})
+      for (int64_t tb : {4, 16, 64})
+        m.variants.push_back(
+            {fmt::format("cols{}_rows{}", g, tb), {{"grain", g}, {"t_block", tb}}});
+    m.supports = [](const KernelVariant& v, const OpShape& s) {
+      auto tb = v.params.find("t_block");
+      return tb == v.params.end() || s.T > tb->second;  // a row block shorter than T, or none
+    };
+    return {m};
+  }
+
+  VariantRun run_variant(const OpShape& s, const KernelVariant& v, int warmup, int reps,
+                         bool want_output) override {
+    if (s.op != "matmul") fail("[cpu] no variants of {}", s.str());
+    const std::vector<OpKernels> reg = kernel_registry();
+    if (std::find(reg[0].variants.begin(), reg[0].variants.end(), v) == reg[0].variants.end() ||
+        !reg[0].supports(v, s))
+      fail("[cpu] {}: no variant {} for this shape", s.str(), v.name);
+    const TuneInputs& in = tune_inputs(s);
+    std::vector<float> y(size_t(s.T * s.N));
+    VariantRun r;
+    const int64_t grain = param(v, "grain", kDefaultGrain), t_block = param(v, "t_block", 0);
+    size_t copy = 0;
+    for (int i = 0; i < warmup + reps; ++i) {
+      const WeightRef& w = in.w[copy++ % in.w.size()];
+      const auto t0 = std::chrono::steady_clock::now();
+      matmul_with(in.x.data(), s.T, w, y.data(), grain, t_block);
+      const auto t1 = std::chrono::steady_clock::now();
+      if (i < warmup) continue;
+      r.us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      if (want_output && r.output.empty()) r.output = y;
+    }
+    return r;
   }
 
   // One sum of squares per row, in index order: identical for every row count.
@@ -97,8 +180,101 @@ class CpuBackend final : public HostBackend {
   void add(float* y, const float* x, int64_t n) override { ref::add(y, x, n); }
 
  private:
+  static constexpr int64_t kDefaultGrain = 16;
+  static int64_t param(const KernelVariant& v, const char* p, int64_t fallback) {
+    auto it = v.params.find(p);
+    return it == v.params.end() ? fallback : it->second;
+  }
+  void matmul_with(const float* x, int64_t T, const WeightRef& w, float* y, int64_t grain,
+                   int64_t t_block) {
+    const int64_t N = w.rows, K = w.cols;
+    const int64_t blocks = (N + grain - 1) / grain;
+    const int64_t tb = t_block > 0 ? t_block : T;
+    pool_.parallel_for(blocks, [&](int64_t b) {
+      const int64_t n0 = b * grain, n1 = std::min(N, n0 + grain);
+      for (int64_t t0 = 0; t0 < T; t0 += tb)
+        matmul_rows(x + t0 * K, std::min(tb, T - t0), w, n0, n1, y + t0 * N, N);
+    });
+  }
+
+  // Synthetic inputs of one shape for run_variant (kept while the tuner walks its variants):
+  // x [T, K] and copies of a random weight [N, K] in the shape's dtype, more copies than fit
+  // in a last-level cache of 64 MiB.
+  struct TuneInputs {
+    OpShape shape;
+    std::vector<float> x;
+    std::vector<std::vector<uint8_t>> bytes, scales;
+    std::vector<WeightRef> w;
+  };
+  const TuneInputs& tune_inputs(const OpShape& s);
+
   ThreadPool pool_;
+  std::unique_ptr<TuneInputs> tune_;
 };
+
+// Random weights in the dtype a recipe names (as kernel_dtype writes it), quantised by the
+// reference quantisers for the block and scaled formats.
+const CpuBackend::TuneInputs& CpuBackend::tune_inputs(const OpShape& s) {
+  if (tune_ && tune_->shape == s) return *tune_;
+  auto in = std::make_unique<TuneInputs>();
+  in->shape = s;
+  uint64_t seed = 0x9e3779b97f4a7c15ull ^ uint64_t(s.N * 131 + s.K * 7 + s.T);
+  auto rnd = [&] {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    return float(int64_t(seed >> 40) - (int64_t(1) << 23)) / float(1 << 23);  // [-1, 1)
+  };
+  in->x.resize(size_t(s.T * s.K));
+  for (float& v : in->x) v = rnd();
+  std::vector<float> wf(size_t(s.N * s.K));
+  for (float& v : wf) v = rnd() * 0.05f;
+  WeightRef w;
+  w.rows = s.N, w.cols = s.K;
+  std::vector<uint8_t> data, scales;
+  if (s.dtype == "nvfp4") {
+    w.dtype = DType::NVFP4;
+    data.resize(size_t(s.N * s.K / 2));
+    scales.resize(size_t(s.N * s.K / 16));
+    ref::quantize_nvfp4(wf.data(), s.N, s.K, data.data(), scales.data(), &w.scale);
+  } else if (s.dtype == "fp8") {
+    w.dtype = DType::F8_E4M3;
+    data.resize(size_t(s.N * s.K));
+    ref::quantize_fp8_tensor(wf.data(), s.N * s.K, data.data(), &w.scale);
+  } else if (s.dtype.starts_with("fp8-block")) {
+    const int64_t B = std::stoll(s.dtype.substr(9));
+    w.dtype = DType::F8_E4M3;
+    w.scale_block = int32_t(B);
+    data.resize(size_t(s.N * s.K));
+    scales.resize(size_t(((s.N + B - 1) / B) * ((s.K + B - 1) / B)) * 4);
+    ref::quantize_fp8_block(wf.data(), s.N, s.K, B, data.data(),
+                            reinterpret_cast<float*>(scales.data()));
+  } else {
+    DType t = DType::F32;
+    bool found = false;
+    for (DType d : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K,
+                    DType::Q5_K, DType::Q6_K})
+      if (kernel_dtype(WeightRef{d}) == s.dtype) t = d, found = true;
+    if (!found) fail("[cpu] cannot make synthetic {} weights", s.dtype);
+    if (!ref::quantize_supported(t)) fail("[cpu] cannot make synthetic {} weights", s.dtype);
+    w.dtype = t;
+    data.resize(dtype_bytes(t, s.N * s.K));
+    ref::quantize(t, wf.data(), s.N * s.K, data.data());
+  }
+  const size_t bytes = data.size() + scales.size();
+  const size_t copies =
+      std::clamp<size_t>((size_t(64) << 20) / std::max<size_t>(bytes, 1) + 1, 1, 8);
+  for (size_t c = 0; c < copies; ++c) {
+    in->bytes.push_back(data);
+    in->scales.push_back(scales);
+  }
+  for (size_t c = 0; c < copies; ++c) {
+    WeightRef x = w;
+    x.data = in->bytes[c].data();
+    x.scales = in->scales[c].empty() ? nullptr : in->scales[c].data();
+    in->w.push_back(x);
+  }
+  tune_ = std::move(in);
+  return *tune_;
+}
 
 }  // namespace
 

@@ -1,0 +1,231 @@
+// The autotuner (kernels/tuner.h).
+#include "kernels/tuner.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+
+#include "core/error.h"
+
+namespace basalt::kernels {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// max|a - b| <= tol · max|a| (and no NaN where a has none).
+bool close(const std::vector<float>& a, const std::vector<float>& b, double tol) {
+  if (a.size() != b.size()) return false;
+  double amax = 0, err = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(b[i]) && !std::isnan(a[i])) return false;
+    amax = std::max(amax, double(std::fabs(a[i])));
+    err = std::max(err, double(std::fabs(a[i] - b[i])));
+  }
+  return err <= tol * std::max(amax, 1e-30);
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+class Progress {
+ public:
+  Progress(int total, double budget, bool on)
+      : total_(std::max(total, 1)), budget_(budget), on_(on), tty_(::isatty(2)) {}
+  void step(double elapsed, const std::string& what) {
+    ++done_;
+    if (!on_) return;
+    const int pct = done_ * 100 / total_;
+    if (tty_) {
+      const int w = 30, fill = done_ * w / total_;
+      std::fprintf(stderr, "\r[tune] [%s%s] %3d%% %d/%d  %.0f/%.0f s  %-48.48s",
+                   std::string(size_t(fill), '#').c_str(),
+                   std::string(size_t(w - fill), '.').c_str(), pct, done_, total_, elapsed, budget_,
+                   what.c_str());
+      if (done_ == total_) std::fputc('\n', stderr);
+    } else if (pct / 10 != last_ / 10 || done_ == total_) {
+      std::fprintf(stderr, "[tune] %3d%% %d/%d  %.0f/%.0f s\n", pct, done_, total_, elapsed,
+                   budget_);
+    }
+    last_ = pct;
+  }
+  void finish() {
+    if (on_ && tty_ && done_ != total_) std::fputc('\n', stderr);
+  }
+
+ private:
+  int total_, done_ = 0, last_ = -1;
+  double budget_;
+  bool on_, tty_;
+};
+
+struct Timed {
+  double median_us = 0;
+  std::vector<float> out;
+};
+
+}  // namespace
+
+TuneReport tune(Backend& be, std::vector<OpShape> shapes, const TuneOptions& opt) {
+  const auto t0 = Clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  const std::vector<OpKernels> reg = be.kernel_registry();
+  auto op_of = [&](const std::string& op) -> const OpKernels* {
+    for (const OpKernels& k : reg)
+      if (k.op == op) return &k;
+    return nullptr;
+  };
+  // Order: order-changing ops first (the others are timed under their choice), then by T (decode
+  // before prefill, so a short budget keeps the shapes decode runs), then the rest of the key.
+  std::sort(shapes.begin(), shapes.end(), [&](const OpShape& a, const OpShape& b) {
+    const OpKernels *ka = op_of(a.op), *kb = op_of(b.op);
+    const bool oa = ka && ka->changes_order, ob = kb && kb->changes_order;
+    if (oa != ob) return oa;
+    if (a.T != b.T) return a.T < b.T;
+    return a < b;
+  });
+  shapes.erase(std::unique(shapes.begin(), shapes.end()), shapes.end());
+
+  TuneReport rep;
+  rep.recipe.device = be.identity();
+  rep.recipe.created = utc_now();
+  rep.shapes_total = int(shapes.size());
+  be.set_kernel_choices({});
+  KernelChoices choices;
+
+  Progress bar(int(shapes.size()), opt.budget_s, opt.progress);
+  // One variant at one shape: a short first run sizes the repetitions to about rep_time_s.
+  auto time_variant = [&](const OpShape& s, const KernelVariant& v) {
+    VariantRun first = be.run_variant(s, v, opt.warmup, 1, true);
+    const double one = std::max(first.us.empty() ? 1.0 : first.us[0], 1.0);
+    const int reps = std::clamp(int(opt.rep_time_s * 1e6 / one), 3, std::max(opt.reps, 3));
+    VariantRun r = be.run_variant(s, v, 0, reps, false);
+    ++rep.variants_timed;
+    return Timed{median(r.us), std::move(first.output)};
+  };
+
+  for (const OpShape& s : shapes) {
+    if (elapsed() > opt.budget_s) {
+      rep.budget_hit = true;
+      break;
+    }
+    const OpKernels* k = op_of(s.op);
+    if (!k || k->variants.empty()) {
+      bar.step(elapsed(), s.str());
+      continue;
+    }
+    std::vector<const KernelVariant*> cands;
+    for (const KernelVariant& v : k->variants)
+      if (!k->supports || k->supports(v, s)) cands.push_back(&v);
+    if (cands.empty() || !(*cands[0] == k->variants[0])) {
+      bar.step(elapsed(), s.str());
+      continue;  // the default must run (it handles every shape; a registry bug otherwise)
+    }
+    RecipeEntry best;
+    best.shape = s;
+    best.variant = k->variants[0];
+    try {
+      if (k->changes_order) {
+        // Each candidate at every probe T; the default first.
+        std::vector<std::vector<double>> t(cands.size());
+        std::vector<bool> ok(cands.size(), true);
+        for (int64_t T : opt.split_probe_T) {
+          OpShape at = s;
+          at.T = T;  // run_variant's convention: a matmul_split shape timed at T rows
+          Timed def;
+          for (size_t c = 0; c < cands.size(); ++c) {
+            if (!ok[c]) continue;
+            Timed m = time_variant(at, *cands[c]);
+            if (c == 0) {
+              def = m;
+            } else if (!close(def.out, m.out, 1e-4)) {
+              ok[c] = false;
+              rep.rejected.push_back(fmt::format("{} at T={}: {} is not within 1e-4 of the default",
+                                                 s.str(), T, cands[c]->name));
+              continue;
+            }
+            t[c].push_back(m.median_us);
+          }
+        }
+        size_t win = 0;
+        double best_sum = 0;
+        for (double x : t[0]) best_sum += x;
+        const double def_sum = best_sum;
+        for (size_t c = 1; c < cands.size(); ++c) {
+          if (!ok[c]) continue;
+          double sum = 0;
+          bool never_slower = true;
+          for (size_t p = 0; p < t[c].size(); ++p) {
+            sum += t[c][p];
+            never_slower = never_slower && t[c][p] <= t[0][p];
+          }
+          if (never_slower && sum < best_sum && sum <= def_sum * (1 - opt.min_gain))
+            win = c, best_sum = sum;
+        }
+        best.variant = *cands[win];
+        best.time_us = best_sum;
+        best.default_us = def_sum;
+        for (size_t p = 0; p < opt.split_probe_T.size(); ++p)
+          best.probes.push_back({opt.split_probe_T[p], t[win][p], t[0][p]});
+        choices.set(s, best.variant);
+        be.set_kernel_choices(choices);  // the other ops are timed under this choice
+      } else {
+        Timed def;
+        double best_us = 0;
+        size_t win = 0;
+        for (size_t c = 0; c < cands.size(); ++c) {
+          Timed m = time_variant(s, *cands[c]);
+          if (c == 0) {
+            def = std::move(m);
+            best_us = def.median_us;
+            continue;
+          }
+          if (!same_bits(def.out, m.out)) {
+            rep.rejected.push_back(
+                fmt::format("{}: {} does not give the default's bits", s.str(), cands[c]->name));
+            continue;
+          }
+          if (m.median_us < best_us && m.median_us <= def.median_us * (1 - opt.min_gain))
+            best_us = m.median_us, win = c;
+        }
+        best.variant = *cands[win];
+        best.time_us = best_us;
+        best.default_us = def.median_us;
+      }
+    } catch (const Error& e) {  // e.g. a dtype the backend cannot make synthetic weights of
+      rep.skipped.push_back(e.what());
+      bar.step(elapsed(), s.str());
+      continue;
+    }
+    rep.recipe.entries.push_back(std::move(best));
+    ++rep.shapes_tuned;
+    bar.step(elapsed(), s.str());
+  }
+  bar.finish();
+  // The recipe's choices, complete (the bit-neutral ones too), in force from now on.
+  be.set_kernel_choices(rep.recipe.choices());
+  rep.elapsed_s = elapsed();
+  return rep;
+}
+
+}  // namespace basalt::kernels
