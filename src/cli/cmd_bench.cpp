@@ -24,14 +24,12 @@ namespace basalt::cli {
 namespace {
 
 struct BenchArgs {
-  std::string kv_dtype;  // --kv-cache-dtype
+  DeviceFlags dev;  // --device, --kv-cache-dtype, --fast-prefill, --no-autotune, --recipe
   std::string model;
   std::vector<int64_t> prompts = {128};
   int64_t n = 32;
   int repeats = 3;
   int threads = 0;
-  std::string device;
-  bool fast_prefill = false;
   int64_t prefill_chunk = 0;
   bool json = false;
 };
@@ -89,7 +87,8 @@ int64_t peak_rss_bytes() {
 
 int run_bench(const BenchArgs& a) {
   auto model = model_load(a.model);
-  auto be = make_backend(a.device, a.threads, a.fast_prefill, a.kv_dtype);
+  std::string recipe;
+  auto be = make_backend(a.dev, a.threads, &recipe);
   const ModelConfig& c = model->config();
   struct Row {
     int64_t P;
@@ -145,8 +144,8 @@ int run_bench(const BenchArgs& a) {
     if (mm_rate == 0) fail("[bench] libcublas could not be loaded for the GEMM roofline");
 #endif
   }
-  std::fprintf(stderr, "backend: %s; copy bandwidth %.1f GB/s; %s %.1f GFLOP/s\n",
-               be->name().c_str(), copy_bw / 1e9, mm_what, mm_rate / 1e9);
+  std::fprintf(stderr, "backend: %s; copy bandwidth %.1f GB/s; %s %.1f GFLOP/s\n%s\n",
+               be->name().c_str(), copy_bw / 1e9, mm_what, mm_rate / 1e9, recipe.c_str());
   if (!a.json)
     std::printf("%8s %8s %14s %10s %7s %14s %10s %7s\n", "prompt", "decode", "prefill tok/s",
                 "ttft ms", "of mm", "decode tok/s", "MB/token", "of bw");
@@ -167,6 +166,7 @@ int run_bench(const BenchArgs& a) {
     const double mm_frac = prefill_flops / pre_s / mm_rate;
     if (a.json) {
       nlohmann::json j = {{"backend", be->name()},
+                          {"recipe_shapes", be->kernel_choices().size()},
                           {"context", P + a.n},
                           {"prompt_tokens", P},
                           {"decode_tokens", a.n},
@@ -212,7 +212,7 @@ Runner add_bench(CLI::App& app) {
   sc->add_option("-r,--repeats", a->repeats, "Runs per configuration (median reported)")
       ->check(CLI::Range(1, 1000));
   sc->add_option("-t,--threads", a->threads, "CPU threads (default: all)");
-  add_device_option(sc, a->device, a->fast_prefill, a->kv_dtype);
+  add_device_option(sc, a->dev);
   sc->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per pass (0 = all)");
   sc->add_flag("--json", a->json, "One JSON object per configuration");
   return [a] { return run_bench(*a); };

@@ -15,7 +15,7 @@ namespace basalt::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string kv_dtype;  // --kv-cache-dtype
+  DeviceFlags dev;  // --device, --kv-cache-dtype, --fast-prefill, --no-autotune, --recipe
   std::string model, prompt;
   int64_t n = 128;
   std::optional<float> temp, top_p, min_p, repeat_penalty;
@@ -23,8 +23,6 @@ struct GenerateArgs {
   float presence = 0.0f, frequency = 0.0f;
   std::optional<uint64_t> seed;
   int threads = 0;
-  std::string device;
-  bool fast_prefill = false;
   int64_t prefill_chunk = 0;
   bool ignore_eos = false;
 };
@@ -63,7 +61,7 @@ SamplingParams sampling_from(const GenerateArgs& a, const nlohmann::json& gen) {
 int run_generate(const GenerateArgs& a) {
   auto model = model_load(a.model);
   auto tok = tok::tokenizer_from_checkpoint(model->checkpoint());
-  auto be = make_backend(a.device, a.threads, a.fast_prefill, a.kv_dtype);
+  auto be = make_backend(a.dev, a.threads);
 
   std::vector<int32_t> prompt = tok->encode(a.prompt, /*add_special=*/true, /*parse_special=*/true);
   if (prompt.empty()) {
@@ -124,7 +122,7 @@ Runner add_generate(CLI::App& app) {
   sc->add_option("--frequency-penalty", a->frequency, "Frequency penalty");
   sc->add_option("-s,--seed", a->seed, "Seed for sampling (default: random)");
   sc->add_option("-t,--threads", a->threads, "CPU threads (default: all)");
-  add_device_option(sc, a->device, a->fast_prefill, a->kv_dtype);
+  add_device_option(sc, a->dev);
   sc->add_option("--prefill-chunk", a->prefill_chunk,
                  "Prompt tokens per forward pass (0 = whole prompt); results are identical");
   sc->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past end-of-sequence tokens");

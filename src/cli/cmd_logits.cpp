@@ -10,11 +10,9 @@ namespace basalt::cli {
 namespace {
 
 struct LogitsArgs {
-  std::string kv_dtype;  // --kv-cache-dtype
+  DeviceFlags dev;  // --device, --kv-cache-dtype, --fast-prefill, --no-autotune, --recipe
   std::string model, tokens, out;
   int threads = 0;
-  std::string device;
-  bool fast_prefill = false;
   int64_t prefill_chunk = 0;
 };
 
@@ -22,7 +20,7 @@ int run_logits(const LogitsArgs& a) {
   const std::vector<int32_t> ids = parse_ids(a.tokens);
   if (ids.empty()) fail("[logits] --tokens holds no ids");
   auto model = model_load(a.model);
-  auto be = make_backend(a.device, a.threads, a.fast_prefill, a.kv_dtype);
+  auto be = make_backend(a.dev, a.threads);
   const std::vector<float> logits = Generator(*model, *be).logits(ids, a.prefill_chunk);
   io::npy_write_f32(a.out, logits.data(), {int64_t(ids.size()), model->config().vocab});
   spdlog::info("wrote {} ([{}, {}] float32)", a.out, ids.size(), model->config().vocab);
@@ -38,7 +36,7 @@ Runner add_logits(CLI::App& app) {
   sc->add_option("--tokens", a->tokens, "Token ids, e.g. 1,2,3")->required();
   sc->add_option("-o,--out", a->out, "Output .npy path")->required();
   sc->add_option("-t,--threads", a->threads, "CPU threads (default: all)");
-  add_device_option(sc, a->device, a->fast_prefill, a->kv_dtype);
+  add_device_option(sc, a->dev);
   sc->add_option("--prefill-chunk", a->prefill_chunk, "Tokens per pass (0 = all); bitwise same");
   return [a] { return run_logits(*a); };
 }

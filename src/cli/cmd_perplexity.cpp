@@ -18,11 +18,11 @@ namespace basalt::cli {
 namespace {
 
 struct PerplexityArgs {
-  std::string kv_dtype;  // --kv-cache-dtype
-  std::string model, ref, file, device;
+  DeviceFlags dev;  // --device, --kv-cache-dtype, --fast-prefill, --no-autotune, --recipe
+  std::string model, ref, file;
   int64_t ctx = 256, chunks = 0, prefill_chunk = 0;
   int threads = 0;
-  bool fast_prefill = false, json = false;
+  bool json = false;
 };
 
 // log-softmax of one row, in double.
@@ -57,7 +57,7 @@ int run_perplexity(const PerplexityArgs& a) {
       fail("[perplexity] --ref {} has a vocabulary of {}, the model {}", model_label(a.ref),
            ref->config().vocab, V);
   }
-  auto be = make_backend(a.device, a.threads, a.fast_prefill, a.kv_dtype);
+  auto be = make_backend(a.dev, a.threads);
   Generator gen(*model, *be);
   std::unique_ptr<Generator> ref_gen;
   if (ref) ref_gen = std::make_unique<Generator>(*ref, *be);
@@ -128,7 +128,7 @@ Runner add_perplexity(CLI::App& app) {
   sc->add_option("-t,--threads", a->threads, "CPU threads (default: all)");
   sc->add_option("--prefill-chunk", a->prefill_chunk, "Tokens per pass (0 = all); bitwise same");
   sc->add_flag("--json", a->json, "One JSON object on stdout");
-  add_device_option(sc, a->device, a->fast_prefill, a->kv_dtype);
+  add_device_option(sc, a->dev);
   return [a] { return run_perplexity(*a); };
 }
 

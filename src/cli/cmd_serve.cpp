@@ -20,14 +20,12 @@ namespace basalt::cli {
 namespace {
 
 struct ServeArgs {
-  std::string kv_dtype;  // --kv-cache-dtype
+  DeviceFlags dev;  // --device, --kv-cache-dtype, --fast-prefill, --no-autotune, --recipe
   std::string model;
   server::ServerOptions opt;
   int64_t max_context = 0;
   int parallel = 8;
   int threads = 0;
-  std::string device;
-  bool fast_prefill = false;
 };
 
 // The directory's (or file's) base name; "basalt-default" for the embedded model.
@@ -68,7 +66,8 @@ int run_serve(ServeArgs a) {
 
   auto model = model_load(a.model);
   auto tok = tok::tokenizer_from_checkpoint(model->checkpoint());
-  auto be = make_backend(a.device, a.threads, a.fast_prefill, a.kv_dtype);
+  std::string recipe;
+  auto be = make_backend(a.dev, a.threads, &recipe);
   EngineConfig cfg;
   cfg.max_context = a.max_context;
   cfg.max_batch = a.parallel;
@@ -95,6 +94,7 @@ int run_serve(ServeArgs a) {
       a.opt.host.c_str(), port, a.opt.served_name.c_str(), model_label(a.model).c_str(),
       (long long)engine.max_context(), a.parallel,
       a.opt.api_key.empty() ? "" : ", API key required", a.opt.test_hooks ? ", TEST HOOKS ON" : "");
+  std::fprintf(stderr, "basalt serve: %s\n", recipe.c_str());
   std::fflush(stderr);
   srv.run();
   if (!ctx.stopping.exchange(true)) pthread_kill(sig_thread.native_handle(), SIGTERM);
@@ -126,7 +126,7 @@ Runner add_serve(CLI::App& app) {
   sc->add_option("--served-model-name", a->opt.served_name,
                  "Model name in the API (default: the model's base name or basalt-default)");
   sc->add_option("-t,--threads", a->threads, "CPU threads (default: all)");
-  add_device_option(sc, a->device, a->fast_prefill, a->kv_dtype);
+  add_device_option(sc, a->dev);
   sc->add_option("--http-threads", a->opt.http_threads,
                  "HTTP worker threads, one per open connection (default 256)")
       ->check(CLI::Range(1, 4096));

@@ -26,20 +26,33 @@ Runner add_perplexity(CLI::App& app);
 Runner add_serve(CLI::App& app);
 Runner add_env(CLI::App& app);
 Runner add_run(CLI::App& app);
+Runner add_tune(CLI::App& app);
 
 // "1,2,3", "1 2 3" or "[1, 2, 3]" → ids; throws basalt::Error on anything else.
 std::vector<int32_t> parse_ids(const std::string& s);
-// The backend --device names: "cpu", "cuda" / "cuda:N", or "" (auto: cuda when a Hopper GPU is
-// visible and basalt was built with CUDA, else cpu). Throws basalt::Error for anything else.
-// fast_prefill: CUDA only, not exact (cuBLAS for passes of more than 64 rows).
-// kv_dtype: --kv-cache-dtype: "" / "auto" (the backend's own: f32 on the CPU, bf16 on CUDA),
-// "f32", "bf16" or "fp8" (E4M3 with a scale per position and head); throws basalt::Error for a
-// name it does not know or a type the backend cannot keep.
-std::unique_ptr<Backend> make_backend(const std::string& device, int threads,
-                                      bool fast_prefill = false, const std::string& kv_dtype = "");
-// Registers --device, --fast-prefill and --kv-cache-dtype on a subcommand.
-void add_device_option(CLI::App* sc, std::string& device, bool& fast_prefill,
-                       std::string& kv_dtype);
+// The options that choose and set up a backend, shared by every command that runs a model.
+//   device       --device: "cpu", "cuda" / "cuda:N", or "" (auto: cuda when a Hopper GPU is
+//                visible and basalt was built with CUDA, else cpu)
+//   fast_prefill --fast-prefill: CUDA only, not exact (cuBLAS for passes of more than 64 rows)
+//   kv_dtype     --kv-cache-dtype: "" / "auto" (the backend's own: f32 on the CPU, bf16 on
+//                CUDA), "f32", "bf16" or "fp8" (E4M3 with a scale per position and head)
+//   no_autotune  --no-autotune: kernel defaults only, no recipe
+//   recipe       --recipe FILE: this recipe, whatever the device (kernels/recipe.h)
+struct DeviceFlags {
+  std::string device;
+  bool fast_prefill = false;
+  std::string kv_dtype;
+  bool no_autotune = false;
+  std::string recipe;
+};
+void add_device_option(CLI::App* sc, DeviceFlags& f);
+// The backend the flags name, with its KV type and kernel recipe set (kernels::recipe_apply
+// logs which recipe it runs; `recipe_line` gets that line). Throws basalt::Error for a name it
+// does not know, a KV type the backend cannot keep, or a --recipe file that cannot be used.
+std::unique_ptr<Backend> make_backend(const DeviceFlags& f, int threads,
+                                      std::string* recipe_line = nullptr);
+// The backend alone (no recipe applied): `basalt tune` and `basalt info --recipes`.
+std::unique_ptr<Backend> make_bare_backend(const DeviceFlags& f, int threads);
 // Human-readable model path for messages ("" is the embedded default model).
 std::string model_label(const std::string& path);
 

@@ -4,6 +4,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "kernels/recipe.h"
 #ifdef BASALT_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_device.h"
@@ -37,20 +38,26 @@ namespace {
 std::unique_ptr<Backend> make_backend_on(const std::string& device, int threads, bool fast_prefill);
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& device, int threads, bool fast_prefill,
-                                      const std::string& kv_dtype) {
-  std::unique_ptr<Backend> be = make_backend_on(device, threads, fast_prefill);
-  if (kv_dtype.empty() || kv_dtype == "auto") return be;
+std::unique_ptr<Backend> make_bare_backend(const DeviceFlags& f, int threads) {
+  std::unique_ptr<Backend> be = make_backend_on(f.device, threads, f.fast_prefill);
+  if (f.kv_dtype.empty() || f.kv_dtype == "auto") return be;
   DType t;
-  if (kv_dtype == "f32")
+  if (f.kv_dtype == "f32")
     t = DType::F32;
-  else if (kv_dtype == "bf16")
+  else if (f.kv_dtype == "bf16")
     t = DType::BF16;
-  else if (kv_dtype == "fp8")
+  else if (f.kv_dtype == "fp8")
     t = DType::F8_E4M3;
   else
-    fail("[cli] --kv-cache-dtype {}: expected auto, f32, bf16 or fp8", kv_dtype);
+    fail("[cli] --kv-cache-dtype {}: expected auto, f32, bf16 or fp8", f.kv_dtype);
   be->set_kv_dtype(t);
+  return be;
+}
+
+std::unique_ptr<Backend> make_backend(const DeviceFlags& f, int threads, std::string* recipe_line) {
+  std::unique_ptr<Backend> be = make_bare_backend(f, threads);
+  std::string line = kernels::recipe_apply(*be, f.no_autotune, f.recipe);
+  if (recipe_line) *recipe_line = std::move(line);
   return be;
 }
 
@@ -89,17 +96,22 @@ std::unique_ptr<Backend> make_backend_on(const std::string& device, int threads,
 }
 }  // namespace
 
-void add_device_option(CLI::App* sc, std::string& device, bool& fast_prefill,
-                       std::string& kv_dtype) {
-  sc->add_option("--kv-cache-dtype", kv_dtype,
+void add_device_option(CLI::App* sc, DeviceFlags& f) {
+  sc->add_option("--kv-cache-dtype", f.kv_dtype,
                  "auto | f32 | bf16 | fp8: the KV cache's type (auto: f32 on the CPU, bf16 on "
                  "CUDA; fp8: E4M3 with a scale per position and head)");
-  sc->add_option("--device", device,
+  sc->add_option("--device", f.device,
                  "cpu | cuda | cuda:N (default: cuda when a Hopper GPU is visible, else cpu)");
   sc->add_flag(
-      "--fast-prefill", fast_prefill,
+      "--fast-prefill", f.fast_prefill,
       "CUDA: cuBLAS for prompt passes of more than 64 rows (faster, NOT exact: logits then "
       "depend on the prefill chunking)");
+  sc->add_flag("--no-autotune", f.no_autotune,
+               "Run the kernel defaults, not the measured recipe for this device");
+  sc->add_option("--recipe", f.recipe,
+                 "Kernel recipe JSON to run (default: the one for this device from "
+                 "`basalt tune` or shipped; docs/tuning.md)")
+      ->excludes(sc->get_option("--no-autotune"));
 }
 
 std::string model_label(const std::string& path) {

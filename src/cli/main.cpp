@@ -12,11 +12,11 @@ int main(int argc, char** argv) {
   int verbosity = 0;
   app.add_flag("-v,--verbose", verbosity, "More logging on stderr (-v info, -vv debug)");
   std::map<CLI::App*, basalt::cli::Runner> runners;
-  for (auto add :
-       {basalt::cli::add_generate, basalt::cli::add_tokenize, basalt::cli::add_detokenize,
-        basalt::cli::add_logits, basalt::cli::add_info, basalt::cli::add_bench,
-        basalt::cli::add_synth, basalt::cli::add_quantize, basalt::cli::add_perplexity,
-        basalt::cli::add_serve, basalt::cli::add_env, basalt::cli::add_run}) {
+  for (auto add : {basalt::cli::add_generate, basalt::cli::add_tokenize,
+                   basalt::cli::add_detokenize, basalt::cli::add_logits, basalt::cli::add_info,
+                   basalt::cli::add_bench, basalt::cli::add_synth, basalt::cli::add_quantize,
+                   basalt::cli::add_perplexity, basalt::cli::add_serve, basalt::cli::add_env,
+                   basalt::cli::add_run, basalt::cli::add_tune}) {
     auto before = app.get_subcommands({});
     basalt::cli::Runner r = add(app);
     for (CLI::App* sc : app.get_subcommands({}))

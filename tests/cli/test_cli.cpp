@@ -20,11 +20,12 @@ struct Result {
   std::string out, err;
 };
 
-// Runs `basalt ARGS`; stdout and stderr captured separately.
-Result run(const std::string& args) {
+// Runs `basalt ARGS` (with the environment assignments `env` in front); stdout and stderr
+// captured separately.
+Result run(const std::string& args, const std::string& env = "") {
   test::TempDir tmp;
   const std::string err_path = tmp.str() + "/stderr";
-  const std::string cmd = test::basalt_bin() + " " + args + " 2>" + err_path;
+  const std::string cmd = env + " " + test::basalt_bin() + " " + args + " 2>" + err_path;
   Result r;
   FILE* p = popen(cmd.c_str(), "r");
   std::array<char, 4096> buf;
@@ -144,6 +145,54 @@ TEST(Cli, PerplexityAndKlAgainstAReference) {
   r = run("perplexity -f " + tmp.str() + "/none.txt");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("none.txt: cannot read"), std::string::npos) << r.err;
+}
+
+// `basalt tune` on the CPU writes a recipe for this device that generate picks up (same text:
+// the CPU's variants change tiling, not bits), `info --recipes` shows it, and broken recipes are
+// reported without stopping anything.
+TEST(Cli, TuneWritesARecipeThatEntryPointsRun) {
+  test::TempDir dir;
+  const std::string env = "BASALT_RECIPE_DIR=" + quote(dir.str());
+  Result t = run("tune --device cpu --budget-s 60 -q", env);
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("shapes tuned away from the default"), std::string::npos) << t.out;
+  std::vector<std::filesystem::path> files;
+  for (const auto& f : std::filesystem::directory_iterator(dir.path)) files.push_back(f.path());
+  ASSERT_EQ(files.size(), 1u);
+  const auto j = nlohmann::json::parse(std::ifstream(files[0]));
+  EXPECT_EQ(j["format"], "basalt-recipe-1");
+  EXPECT_EQ(j["device"]["backend"], "cpu");
+  ASSERT_GT(j["entries"].size(), 10u);
+  for (const auto& e : j["entries"]) {
+    EXPECT_EQ(e["op"], "matmul");
+    EXPECT_GT(e["default_us"].get<double>(), 0.0);
+    EXPECT_LE(e["time_us"].get<double>(), e["default_us"].get<double>());  // never slower
+  }
+
+  const std::string gen = "generate -p 'Once upon a time' -n 24 --temp 0 --device cpu";
+  Result tuned = run("-v " + gen, env);
+  Result plain = run(gen + " --no-autotune", env);
+  ASSERT_EQ(tuned.code, 0) << tuned.err;
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_EQ(tuned.out, plain.out);
+  EXPECT_NE(tuned.err.find("recipe: " + files[0].string()), std::string::npos) << tuned.err;
+  Result info = run("info --recipes --device cpu", env);
+  ASSERT_EQ(info.code, 0) << info.err;
+  EXPECT_NE(info.out.find("recipe:          " + files[0].string()), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("op matmul"), std::string::npos) << info.out;
+
+  // A corrupt recipe beside it: reported, the good one still runs.
+  std::ofstream(dir.str() + "/0_corrupt.json") << "{\"format\": \"basalt-recipe-1\"";
+  Result warned = run(gen, env);
+  ASSERT_EQ(warned.code, 0) << warned.err;
+  EXPECT_EQ(warned.out, plain.out);
+  EXPECT_NE(warned.err.find("ignored corrupt recipe"), std::string::npos) << warned.err;
+  // Forced, it is an error; a recipe and --no-autotune together are refused.
+  Result forced = run(gen + " --recipe " + quote(dir.str() + "/0_corrupt.json"), env);
+  EXPECT_NE(forced.code, 0);
+  EXPECT_NE(forced.err.find("not JSON"), std::string::npos) << forced.err;
+  Result both = run(gen + " --no-autotune --recipe " + quote(files[0].string()), env);
+  EXPECT_NE(both.code, 0);
 }
 
 TEST(Cli, InfoDescribesModel) {

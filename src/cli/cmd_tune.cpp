@@ -1,0 +1,189 @@
+// basalt tune: measures the kernel variants of every op shape a model runs on this device and
+// writes the winners as a recipe (kernels/tuner.h, docs/tuning.md). generate, bench and serve
+// then run them.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <set>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "kernels/recipe.h"
+#include "kernels/tuner.h"
+#include "models/model.h"
+
+namespace basalt::cli {
+namespace {
+
+struct TuneArgs {
+  DeviceFlags dev;
+  std::string model, out;
+  int threads = 0;
+  double budget_s = 300;
+  int64_t decode_max = 16;
+  std::vector<int64_t> prefill;  // default: 512, 2048 on CUDA; 128 on the CPU
+  std::vector<int64_t> ctx = {512, 2048, 8192, 32768};
+  bool no_merge = false, quiet = false;
+};
+
+// The op shapes `m` runs on `be`: each matmul weight at the decode row counts 1..decode_max
+// (verification passes of speculative decoding are such passes too) and at the prefill chunks
+// (the LM head only at decode counts: a prompt pass takes the logits of its last row), its
+// matmul_split once per weight shape, and attention at every row count and context bucket that
+// can hold it.
+std::vector<OpShape> model_shapes(const Model& m, const Backend& be, const TuneArgs& a,
+                                  const std::vector<int64_t>& prefill) {
+  std::set<std::pair<std::string, std::pair<int64_t, int64_t>>> mats, heads;
+  auto add = [&](const WeightRef& w, bool head) {
+    if (!w.data) return;
+    (head ? heads : mats).insert({be.kernel_dtype(w), {w.rows, w.cols}});
+  };
+  const ModelWeights& w = m.weights();
+  for (const LayerWeights& L : w.layers)
+    for (const WeightRef* x :
+         {&L.wq, &L.wk, &L.wv, &L.wo, &L.wq_gate, &L.w_gate, &L.w_up, &L.w_down, &L.gdn_qkv,
+          &L.gdn_z, &L.gdn_b, &L.gdn_a, &L.gdn_out, &L.router, &L.shared_gate, &L.shared_up,
+          &L.shared_down, &L.shared_router})
+      add(*x, false);
+  add(w.lm_head, true);
+  std::vector<int64_t> decode;
+  for (int64_t t = 1; t <= a.decode_max; ++t) decode.push_back(t);
+  std::vector<int64_t> all = decode;
+  all.insert(all.end(), prefill.begin(), prefill.end());
+
+  std::vector<OpShape> out;
+  for (const auto* set : {&mats, &heads})
+    for (const auto& [dt, nk] : *set) {
+      out.push_back({"matmul_split", dt, 0, nk.first, nk.second});
+      for (int64_t T : set == &heads ? decode : all)
+        out.push_back({"matmul", dt, T, nk.first, nk.second});
+    }
+  const ModelConfig& c = m.config();
+  if (c.n_attention_layers() > 0) {
+    const DType kv = be.kv_dtype();
+    const std::string kvn = kv == DType::F8_E4M3 ? "fp8" : kv == DType::BF16 ? "bf16" : "f32";
+    for (int64_t T : all)
+      for (int64_t ctx : a.ctx)
+        if (ctx >= T && (c.max_context <= 0 || ctx <= attention_ctx_bucket(c.max_context)))
+          out.push_back({"attention", kvn, T, c.n_heads, c.head_dim, c.n_kv_heads,
+                         attention_ctx_bucket(ctx)});
+  }
+  // Only ops this backend lists.
+  const std::vector<OpKernels> reg = be.kernel_registry();
+  std::erase_if(out, [&](const OpShape& s) {
+    return std::none_of(reg.begin(), reg.end(), [&](const OpKernels& k) { return k.op == s.op; });
+  });
+  return out;
+}
+
+int run_tune(const TuneArgs& a) {
+  if (a.budget_s <= 0) fail("[tune] --budget-s must be positive");
+  std::unique_ptr<Backend> be = make_bare_backend(a.dev, a.threads);
+  const DeviceIdentity id = be->identity();
+  const bool cpu = id.backend == "cpu";
+  std::vector<int64_t> prefill = a.prefill;
+  if (prefill.empty()) prefill = cpu ? std::vector<int64_t>{128} : std::vector<int64_t>{512, 2048};
+  if (be->kernel_registry().empty()) {
+    std::fprintf(stderr, "[tune] the %s backend has no kernel variants: nothing to tune\n",
+                 be->name().c_str());
+    return 0;
+  }
+  std::unique_ptr<Model> model = model_load(a.model);
+  std::vector<OpShape> shapes = model_shapes(*model, *be, a, prefill);
+  std::fprintf(stderr, "[tune] %s on %s: %zu op shapes, budget %.0f s\n",
+               model_label(a.model).c_str(), id.str().c_str(), shapes.size(), a.budget_s);
+
+  kernels::TuneOptions opt;
+  opt.budget_s = a.budget_s;
+  opt.progress = !a.quiet;
+  // CPU timings of small shapes are noisy (2 cores shared with the OS): more repetitions and a
+  // larger margin before a variant displaces the default.
+  if (cpu) opt.warmup = 2, opt.reps = 15, opt.min_gain = 0.05;
+  opt.split_probe_T = {1, prefill.back()};
+  kernels::TuneReport rep = kernels::tune(*be, shapes, opt);
+  rep.recipe.models.push_back(a.model.empty() ? std::string("embedded default model")
+                                              : std::filesystem::path(a.model).filename().string());
+
+  // Merge into the file's recipe for this device (another model's shapes are kept).
+  const std::string out = a.out.empty() ? kernels::recipe_default_path(id) : a.out;
+  kernels::Recipe recipe = rep.recipe;
+  if (!a.no_merge && std::filesystem::exists(out)) {
+    try {
+      kernels::Recipe old = kernels::recipe_read(out);
+      if (old.device.same_device(id)) {
+        old.merge(rep.recipe);
+        recipe = std::move(old);
+      } else {
+        std::fprintf(stderr, "[tune] %s was for %s: replaced\n", out.c_str(),
+                     old.device.str().c_str());
+      }
+    } catch (const Error& e) {
+      std::fprintf(stderr, "[tune] replacing an unreadable recipe: %s\n", e.what());
+    }
+  }
+  kernels::recipe_write(recipe, out);
+
+  // What changed: each shape whose winner is not the default.
+  std::printf("%-14s %-11s %6s %7s %7s  %-16s %10s %10s %6s\n", "op", "dtype", "T", "N", "K",
+              "variant", "tuned us", "default us", "gain");
+  int changed = 0;
+  double tuned_sum = 0, def_sum = 0;
+  const std::vector<OpKernels> reg = be->kernel_registry();
+  for (const kernels::RecipeEntry& e : rep.recipe.entries) {
+    tuned_sum += e.time_us;
+    def_sum += e.default_us;
+    const OpKernels* k = nullptr;
+    for (const OpKernels& x : reg)
+      if (x.op == e.shape.op) k = &x;
+    if (k && e.variant == k->variants[0]) continue;
+    ++changed;
+    std::printf("%-14s %-11s %6lld %7lld %7lld  %-16s %10.1f %10.1f %5.1f%%\n", e.shape.op.c_str(),
+                e.shape.dtype.c_str(), (long long)e.shape.T, (long long)e.shape.N,
+                (long long)e.shape.K, e.variant.name.c_str(), e.time_us, e.default_us,
+                100.0 * (1.0 - e.time_us / e.default_us));
+  }
+  std::printf(
+      "%d of %d shapes tuned away from the default; sum of medians %.1f us vs %.1f us "
+      "(%.3fx)\n",
+      changed, rep.shapes_tuned, tuned_sum, def_sum, tuned_sum > 0 ? def_sum / tuned_sum : 1.0);
+  for (const std::string& r : rep.rejected)
+    std::fprintf(stderr, "[tune] rejected: %s\n", r.c_str());
+  for (const std::string& s : rep.skipped) std::fprintf(stderr, "[tune] skipped: %s\n", s.c_str());
+  std::fprintf(stderr,
+               "[tune] %d/%d shapes, %d variant timings in %.1f s%s; wrote %s (%zu shapes)\n",
+               rep.shapes_tuned, rep.shapes_total, rep.variants_timed, rep.elapsed_s,
+               rep.budget_hit ? " (budget reached: the rest run the defaults)" : "", out.c_str(),
+               recipe.entries.size());
+  return rep.rejected.empty() ? 0 : 3;
+}
+
+}  // namespace
+
+Runner add_tune(CLI::App& app) {
+  auto a = std::make_shared<TuneArgs>();
+  CLI::App* sc = app.add_subcommand(
+      "tune", "Measure kernel variants on this device and write a recipe (docs/tuning.md)");
+  sc->add_option("-m,--model", a->model, "HF model directory or .gguf (default: embedded)");
+  sc->add_option("--device", a->dev.device, "cpu | cuda | cuda:N (default: as generate)");
+  sc->add_option("--kv-cache-dtype", a->dev.kv_dtype,
+                 "auto | f32 | bf16 | fp8: tune attention for this KV cache type");
+  sc->add_option("-t,--threads", a->threads, "CPU threads (default: all cores)");
+  sc->add_option("--budget-s", a->budget_s, "Stop measuring after this many seconds")
+      ->capture_default_str();
+  sc->add_option("--out", a->out,
+                 "Recipe file (default: the user recipe directory's file for this device; "
+                 "an existing recipe for the same device is merged)");
+  sc->add_option("--decode-max", a->decode_max, "Tune decode passes of 1 .. N rows")
+      ->capture_default_str();
+  sc->add_option("--prefill", a->prefill,
+                 "Prefill chunk sizes to tune (default: 512 2048 on CUDA, 128 on the CPU)")
+      ->delimiter(',');
+  sc->add_option("--ctx", a->ctx, "Attention context lengths to tune")
+      ->delimiter(',')
+      ->capture_default_str();
+  sc->add_flag("--no-merge", a->no_merge, "Replace the output file instead of merging");
+  sc->add_flag("-q,--quiet", a->quiet, "No progress bar");
+  return [a] { return run_tune(*a); };
+}
+
+}  // namespace basalt::cli
