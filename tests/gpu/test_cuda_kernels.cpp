@@ -23,12 +23,19 @@
 // inner values; within 2e-3 (1e-2 for blocks: bf16 inner values) of the f64 sum of x ·
 // dequantised W; hand-made weights with known values (nibble order, scale groups, signs,
 // subnormals).
+// Kernel variants (cuda_tune.h): an explicit kseg (and fused stage shape) == the benchmarks'
+// overrides of the same, bitwise; through the backend's run_variant, every "matmul" and
+// "attention" variant == the default, bitwise, every "matmul_split" variant within 1e-4 of the
+// rule's (another order of the same sums); run_variant's outputs against basalt::ref on its
+// synthetic inputs (bf16, NVFP4, FP8 per-row matmuls 1e-3 / 2e-3; bf16 and FP8-cache attention
+// 1e-2); the choices in force applied by the passes and by run_variant alike.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -36,8 +43,10 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_device.h"
+#include "backends/cuda/cuda_tune.h"
 #include "backends/cuda/kernels.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "ops/ref/ref_ops.h"
 #include "ops/ref/scaled.h"
 
@@ -659,6 +668,286 @@ void test_backend_scaled() {
   check(ok,
         "backend matmul of an NVFP4 weight (T = 100, T = 1 eager / recorded / replayed) == "
         "matmul_scaled, bitwise");
+}
+
+// --- kernel variants: explicit segment lengths, stage shapes, and the backend's run_variant ---
+
+// matmul_bf16 and matmul_scaled with an explicit kseg == the same calls with kseg 0 under
+// set_matmul_kseg_override(kseg) (the benchmarks' route to the same segments), bitwise, for every
+// tiling / path with and without the workspace; the workspace sizes agree; bad segment lengths
+// are refused. An explicit fused stage shape == set_matmul_scaled_config's.
+void test_matmul_kseg() {
+  const int64_t N = 1000, K = 4160, Tmax = 100;
+  const auto x = rand_bf16(size_t(Tmax * K)), w = rand_bf16(size_t(N * K));
+  Dev<uint16_t> dx(x.size()), dw(w.size());
+  dx.up(x), dw.up(w);
+  Dev<float> dy(size_t(Tmax * N));
+  const HostScaled hs = make_scaled(bc::ScaledFormat::NVFP4, N, K);
+  const DevScaled ds(hs);
+  Dev<uint8_t> scr(bc::matmul_scaled_scratch_bytes(ds.w));
+  const int64_t whole = int64_t(1) << 30;
+  bool sizes = true, bits = true;
+  for (int64_t kseg : {int64_t(256), int64_t(512), int64_t(1024), int64_t(2048), whole}) {
+    for (int64_t T : {1, 7, 64, 100}) {
+      const size_t ws_bytes = bc::matmul_workspace_bytes(T, N, K, kseg);
+      bc::set_matmul_kseg_override(kseg);
+      sizes &= ws_bytes == bc::matmul_workspace_bytes(T, N, K);
+      bc::set_matmul_kseg_override(0);
+      Dev<uint8_t> ws(ws_bytes);
+      CK(cudaMemset(ws.p, 0, ws_bytes));
+      // Runs `call(kseg_param)` explicitly and under the override; compares the T rows.
+      auto same_as_override = [&](const std::function<cudaError_t(int64_t)>& call) {
+        dy.poison();
+        CK(call(kseg));
+        const auto got = dy.down();
+        bc::set_matmul_kseg_override(kseg);
+        dy.poison();
+        CK(call(0));
+        bc::set_matmul_kseg_override(0);
+        const auto want = dy.down();
+        return same_bits(got.data(), want.data(), size_t(T * N) * 4);
+      };
+      for (auto kern : kMmKernels)
+        for (bool use_ws : {false, true})
+          bits &= same_as_override([&](int64_t ks) {
+            return bc::matmul_bf16(dx.p, T, dw.p, N, K, dy.p, nullptr, kern,
+                                   use_ws ? ws.p : nullptr, use_ws ? ws_bytes : 0, ks);
+          });
+      for (auto path : {bc::ScaledKernel::Fused, bc::ScaledKernel::Dequant})
+        for (bool use_ws : {false, true}) {
+          if (path == bc::ScaledKernel::Fused && T > 64) continue;
+          bits &= same_as_override([&](int64_t ks) {
+            return bc::matmul_scaled(dx.p, T, ds.w, dy.p, nullptr, path, use_ws ? ws.p : nullptr,
+                                     use_ws ? ws_bytes : 0, scr.p, scr.n, ks);
+          });
+        }
+    }
+  }
+  check(sizes, "matmul_workspace_bytes with an explicit kseg == under set_matmul_kseg_override");
+  check(bits,
+        "matmul_bf16 (4 tilings) and matmul_scaled NVFP4 (fused, dequant), explicit kseg 256 .. "
+        "2048 and whole, with and without workspace == set_matmul_kseg_override, bitwise");
+  check(bc::matmul_bf16(dx.p, 1, dw.p, N, K, dy.p, nullptr, bc::MatmulKernel::Auto, nullptr, 0,
+                        300) == cudaErrorInvalidValue &&
+            bc::matmul_bf16(dx.p, 1, dw.p, N, K, dy.p, nullptr, bc::MatmulKernel::Auto, nullptr, 0,
+                            -256) == cudaErrorInvalidValue &&
+            bc::matmul_scaled(dx.p, 1, ds.w, dy.p, nullptr, bc::ScaledKernel::Auto, nullptr, 0,
+                              scr.p, scr.n, 640) == cudaErrorInvalidValue &&
+            bc::matmul_scaled(dx.p, 1, ds.w, dy.p, nullptr, bc::ScaledKernel::Auto, nullptr, 0,
+                              scr.p, scr.n, 0, 4) == cudaErrorInvalidValue,
+        "matmul: kseg not a multiple of 256 (below K), negative kseg, config 4 refused");
+
+  // Fused stage shapes at T = 1: config c passed == set_matmul_scaled_config(c), bitwise.
+  bool cfg_bits = true;
+  for (auto f : {bc::ScaledFormat::NVFP4, bc::ScaledFormat::FP8}) {
+    const HostScaled h = make_scaled(f, 4096, 4096);
+    const DevScaled d(h);
+    for (int c = 0; c <= 3; ++c) {
+      dy.poison();
+      CK(bc::matmul_scaled(dx.p, 1, d.w, dy.p, nullptr, bc::ScaledKernel::Fused, nullptr, 0,
+                           nullptr, 0, 0, c));
+      const auto got = dy.down();
+      bc::set_matmul_scaled_config(c);
+      dy.poison();
+      CK(bc::matmul_scaled(dx.p, 1, d.w, dy.p, nullptr, bc::ScaledKernel::Fused));
+      bc::set_matmul_scaled_config(0);
+      const auto want = dy.down();
+      cfg_bits &= same_bits(got.data(), want.data(), 4096 * 4);
+    }
+  }
+  check(cfg_bits,
+        "matmul_scaled NVFP4 / FP8 T=1: config 0 .. 3 passed == set_matmul_scaled_config");
+}
+
+const basalt::OpKernels& op_kernels(const std::vector<basalt::OpKernels>& reg,
+                                    const std::string& op) {
+  for (const auto& o : reg)
+    if (o.op == op) return o;
+  std::fprintf(stderr, "the CUDA registry has no op %s\n", op.c_str());
+  std::exit(1);
+}
+
+// The backend's registry, identity and run_variant (synthetic inputs: cuda_tune.h).
+void test_backend_variants() {
+  auto be = bc::make_cuda_backend({});
+  const auto reg = be->kernel_registry();
+  bool defaults = reg.size() == 3;
+  for (const auto& o : reg) defaults &= !o.variants.empty() && o.variants[0].params.empty();
+  check(defaults, "registry: 3 ops, each with a default (no parameters) first");
+  const basalt::OpKernels& split = op_kernels(reg, "matmul_split");
+  const basalt::OpKernels& mm = op_kernels(reg, "matmul");
+  const basalt::OpKernels& at = op_kernels(reg, "attention");
+  check(split.changes_order && !mm.changes_order && !at.changes_order,
+        "registry: only matmul_split changes the reduction order");
+  const basalt::DeviceIdentity id = be->identity();
+  check(id.backend == "cuda" && !id.name.empty() && id.match.count("cc") && id.match.count("sms") &&
+            id.info.count("driver") && id.info.count("runtime"),
+        "identity: " + id.str());
+  auto timed = [](const basalt::VariantRun& r, int reps) {
+    bool ok = int(r.us.size()) == reps;
+    for (double u : r.us) ok &= u > 0 && std::isfinite(u);
+    return ok;
+  };
+
+  // The harness against basalt::ref on the same synthetic inputs.
+  for (const char* dt : {"bf16", "nvfp4", "fp8-rows"}) {
+    const int64_t T = 3, N = 300, K = 2624;
+    const basalt::OpShape s{"matmul", dt, T, N, K, 0, 0};
+    const basalt::VariantRun r = be->run_variant(s, mm.variants[0], 1, 3, true);
+    const auto xf = to_f32(bc::synth_x(T, K));
+    const bc::SynthWeight w = bc::synth_weight(dt, N, K);
+    std::vector<float> want(size_t(T * N));
+    basalt::ref::matmul(xf.data(), T, w.ref(), want.data());
+    const double e = r.output.size() == want.size() ? row_err(r.output, want, T, N) : INFINITY;
+    check(
+        timed(r, 3) && e < (std::string(dt) == "bf16" ? 1e-3 : 2e-3),
+        std::string("run_variant ") + s.str() + ": 3 timings, output vs ref::matmul " + fmt_err(e));
+  }
+  for (const char* kv : {"bf16", "fp8"}) {
+    const basalt::OpShape s{"attention", kv, 5, 8, 128, 2, 256};
+    const basalt::VariantRun r = be->run_variant(s, at.variants[0], 1, 2, true);
+    const bc::SynthAttention a = bc::synth_attention(s);
+    std::vector<float> kf, vf;  // the bf16 cache as f32 (same layout)
+    if (!a.fp8) {
+      kf.resize(a.k.size() / 2), vf.resize(a.v.size() / 2);
+      for (size_t i = 0; i < kf.size(); ++i) {
+        kf[i] = bf16_to_f32(reinterpret_cast<const uint16_t*>(a.k.data())[i]);
+        vf[i] = bf16_to_f32(reinterpret_cast<const uint16_t*>(a.v.data())[i]);
+      }
+    }
+    std::vector<int32_t> table(size_t(s.ctx / bc::kAttnBlock));
+    for (size_t b = 0; b < table.size(); ++b) table[b] = int32_t(b);
+    std::vector<const int32_t*> tables(size_t(s.T), table.data());
+    std::vector<int64_t> pos(size_t(s.T));
+    for (int64_t t = 0; t < s.T; ++t) pos[size_t(t)] = s.ctx - s.T + t;
+    std::vector<float> want(size_t(s.T * s.N * s.K));
+    basalt::AttentionArgs ra;
+    ra.q = a.q.data(), ra.out = want.data();
+    ra.k = a.fp8 ? static_cast<const void*>(a.k.data()) : kf.data();
+    ra.v = a.fp8 ? static_cast<const void*>(a.v.data()) : vf.data();
+    ra.T = s.T, ra.H = s.N, ra.Hkv = s.hkv, ra.D = s.K, ra.block_size = bc::kAttnBlock;
+    ra.block_tables = tables.data(), ra.pos = pos.data();
+    ra.scale = 1.0f / std::sqrt(float(s.K));
+    ra.kv = a.fp8 ? basalt::DType::F8_E4M3 : basalt::DType::F32;
+    basalt::ref::attention(ra);
+    const double e =
+        r.output.size() == want.size() ? row_err(r.output, want, s.T * s.N, s.K) : INFINITY;
+    check(timed(r, 2) && e < 1e-2,
+          "run_variant " + s.str() + ": output vs ref::attention " + fmt_err(e));
+  }
+
+  // Every variant a shape supports: matmul and attention == the default, bitwise; matmul_split
+  // (its shapes carry the rows to time in T) within 1e-4 of the rule.
+  auto run = [&](const basalt::OpShape& s, const basalt::KernelVariant& v) {
+    return be->run_variant(s, v, 1, 2, true).output;
+  };
+  struct MmCase {
+    const char* dtype;
+    int64_t N, K;
+  };
+  const MmCase cases[] = {{"bf16", 1000, 4160},        {"bf16", 4096, 4096},
+                          {"nvfp4", 1000, 4160},       {"nvfp4", 1000, 272},
+                          {"fp8", 4096, 4096},         {"fp8-rows", 1000, 4160},
+                          {"fp8-block128", 1000, 4160}};
+  for (const MmCase& c : cases) {
+    for (int64_t T : {1, 7, 33, 100}) {
+      const basalt::OpShape s{"matmul", c.dtype, T, c.N, c.K, 0, 0};
+      const auto want = run(s, mm.variants[0]);
+      std::string names;
+      bool ok = want.size() == size_t(T * c.N);
+      for (size_t i = 1; i < mm.variants.size(); ++i) {
+        if (!mm.supports(mm.variants[i], s)) continue;
+        const auto got = run(s, mm.variants[i]);
+        ok &= got.size() == want.size() && same_bits(got.data(), want.data(), want.size() * 4);
+        names += " " + mm.variants[i].name;
+      }
+      check(ok, "run_variant " + s.str() + ":" + names + " == auto, bitwise");
+    }
+    const basalt::OpShape s{"matmul_split", c.dtype, 7, c.N, c.K, 0, 0};
+    const auto want = run(s, split.variants[0]);
+    std::string names;
+    double worst = 0;
+    for (size_t i = 1; i < split.variants.size(); ++i) {
+      basalt::OpShape key = s;
+      key.T = 0;
+      if (!split.supports(split.variants[i], key)) continue;
+      const auto got = run(s, split.variants[i]);
+      worst = std::max(worst, got.size() == want.size() ? row_err(got, want, 7, c.N) : INFINITY);
+      names += " " + split.variants[i].name;
+    }
+    check(worst < 1e-4,
+          "run_variant " + s.str() + " (7 rows):" + names + " vs rule " + fmt_err(worst));
+  }
+  for (const char* kv : {"bf16", "fp8"})
+    for (const basalt::OpShape& s : {basalt::OpShape{"attention", kv, 1, 8, 128, 2, 256},
+                                     basalt::OpShape{"attention", kv, 7, 32, 128, 8, 1024},
+                                     basalt::OpShape{"attention", kv, 64, 16, 64, 4, 128}}) {
+      const auto want = run(s, at.variants[0]);
+      bool ok = want.size() == size_t(s.T * s.N * s.K);
+      for (size_t i = 1; i < at.variants.size(); ++i) {
+        const auto got = run(s, at.variants[i]);
+        ok &= at.supports(at.variants[i], s) && got.size() == want.size() &&
+              same_bits(got.data(), want.data(), want.size() * 4);
+      }
+      check(ok, "run_variant " + s.str() + ": fused, split == auto, bitwise");
+    }
+
+  // Refused: a variant of another dtype, a fused stage shape above T = 8, an unknown op.
+  auto throws = [&](const basalt::OpShape& s, const basalt::KernelVariant& v) {
+    try {
+      run(s, v);
+    } catch (const basalt::Error&) {
+      return true;
+    }
+    return false;
+  };
+  const basalt::KernelVariant dequant = mm.variants.back(), fused1 = mm.variants[6];
+  check(dequant.name == "dequant" && fused1.name == "fused1" &&
+            throws({"matmul", "bf16", 1, 256, 256, 0, 0}, dequant) &&
+            throws({"matmul", "nvfp4", 9, 4096, 4096, 0, 0}, fused1) &&
+            throws({"gemm", "bf16", 1, 256, 256, 0, 0}, mm.variants[0]),
+        "run_variant refuses dequant for bf16, fused1 at T=9, an unknown op (basalt::Error)");
+
+  // The choices in force: with kseg512 chosen for a weight shape, the passes' matmul, the
+  // "matmul" run_variant and the "matmul_split" kseg512 run agree bitwise, and differ from the
+  // rule's segments somewhere (random data: the check that the choice was applied); choices the
+  // registry does not support are dropped.
+  {
+    const int64_t T = 7, N = 2080, K = 2600;  // the rule: segments of 1024
+    const basalt::KernelVariant& k512 = split.variants[3];
+    basalt::KernelChoices c;
+    c.set({"matmul_split", "bf16", 0, N, K, 0, 0}, k512);
+    c.set({"matmul", "bf16", T, N, K, 0, 0}, mm.variants[2]);                  // rows16x16
+    c.set({"matmul_split", "bf16", 0, 256, 256, 0, 0}, k512);                  // kseg >= K: refused
+    c.set({"matmul_split", "bf16", 7, N, K, 0, 0}, k512);                      // T != 0: refused
+    c.set({"matmul", "bf16", 1, N, K, 0, 0}, {"rows16x16", {{"tiling", 9}}});  // not registered
+    be->set_kernel_choices(c);
+    check(k512.name == "kseg512" && be->kernel_choices().size() == 2,
+          "set_kernel_choices keeps the 2 supported choices of 5");
+    const auto split512 = run({"matmul_split", "bf16", T, N, K, 0, 0}, k512);
+    const auto in_force = run({"matmul", "bf16", T, N, K, 0, 0}, mm.variants[0]);
+    const bc::SynthWeight hw = bc::synth_weight("bf16", N, K);
+    const basalt::WeightRef dw = be->prepare_weight(hw.ref());
+    const auto x = bc::synth_x(T, K);
+    auto* dx = static_cast<uint16_t*>(be->alloc(x.size() * 2));
+    auto* y = static_cast<float*>(be->alloc(size_t(T * N) * 4));
+    be->upload(dx, x.data(), x.size() * 2);
+    std::vector<float> pass(size_t(T * N)), plain(size_t(T * N));
+    be->matmul(dx, T, dw, y);
+    be->download(pass.data(), y, pass.size() * 4);
+    be->set_kernel_choices({});
+    be->matmul(dx, T, dw, y);
+    be->download(plain.data(), y, plain.size() * 4);
+    const auto rule = run({"matmul_split", "bf16", T, N, K, 0, 0}, split.variants[0]);
+    const size_t bytes = pass.size() * 4;
+    check(split512.size() == pass.size() && in_force.size() == pass.size() &&
+              same_bits(in_force.data(), split512.data(), bytes) &&
+              same_bits(pass.data(), split512.data(), bytes) &&
+              same_bits(plain.data(), rule.data(), bytes) &&
+              !same_bits(rule.data(), split512.data(), bytes),
+          "choices in force: the pass's matmul == run_variant matmul == matmul_split kseg512; "
+          "without choices == rule (!= kseg512), bitwise");
+  }
 }
 
 struct AttnCase {
@@ -1435,6 +1724,8 @@ int main() {
   test_matmul_scaled(bc::ScaledFormat::FP8Blocks, 4096, 14336, 128);
   test_matmul_scaled(bc::ScaledFormat::FP8Blocks, 300, 272, 24);  // B % 16 != 0: dequant
   test_backend_scaled();
+  test_matmul_kseg();
+  test_backend_variants();
   test_attention({200, 8, 2, 128}, true);
   test_attention({150, 4, 4, 64}, true);
   test_attention({130, 4, 2, 32}, true);

@@ -11,7 +11,9 @@
 // whole; T=1 decode steps after a prefill; a sequence alone vs inside a batch of three; CUDA
 // graphs on vs off. The same for the hybrid and MoE golden models (Gated DeltaNet state in the
 // pool's slots, routed experts), which the backend must not refuse (qwen3_moe is skipped: its
-// head_dim 16 has no attention kernel).
+// head_dim 16 has no attention kernel). The same contract with a recipe that changes every
+// choice it may (every_variant_recipe): a segment length other than the rule's for each weight
+// shape that has one, another matmul variant at every T, the attention kernel alternating.
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
@@ -22,12 +24,15 @@
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_device.h"
+#include "backends/cuda/kernels.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/generator.h"
@@ -280,23 +285,100 @@ void against_cpu(const std::string& label, const std::string& path, Backend& gpu
   check(e.rel <= 2e-2 && e.agree * 10 >= T * 9, label + buf);
 }
 
-// The exactness contract on the GPU for one model.
-void exactness(const std::string& label, const std::string& path, DType kv = DType::BF16) {
+// Choices for `be` (its KV dtype set) that change everything the exactness contract allows:
+// for each matmul weight shape of `m` (experts aside: MoE keeps its defaults) the first
+// segment length other than the rule's that the registry offers (none where K <= 256); for
+// every T up to max_T a matmul variant cycling through those the shape supports (tilings, or the
+// scaled paths and fused stage shapes); attention cycling auto / fused / split over T and the
+// context buckets. Only matmul_split may change bits, and it is keyed by the weight shape alone.
+KernelChoices every_variant_recipe(const Model& m, Backend& be, int64_t max_T, std::string& note) {
+  const auto reg = be.kernel_registry();
+  auto op = [&](const char* name) -> const OpKernels& {
+    for (const auto& o : reg)
+      if (o.op == name) return o;
+    fail("[test] the CUDA registry has no op {}", name);
+  };
+  const OpKernels &split = op("matmul_split"), &mm = op("matmul"), &at = op("attention");
+  std::set<std::tuple<std::string, int64_t, int64_t>> shapes;
+  auto add = [&](const WeightRef& w) {
+    if (w.data && w.rows > 0 && w.cols > 0) shapes.insert({be.kernel_dtype(w), w.rows, w.cols});
+  };
+  const ModelWeights& W = m.weights();
+  add(W.lm_head);
+  for (const LayerWeights& L : W.layers)
+    for (const WeightRef* w :
+         {&L.wq, &L.wk, &L.wv, &L.wo, &L.wq_gate, &L.w_gate, &L.w_up, &L.w_down, &L.gdn_qkv,
+          &L.gdn_z, &L.gdn_b, &L.gdn_a, &L.gdn_out, &L.router, &L.shared_gate, &L.shared_up,
+          &L.shared_down, &L.shared_router})
+      add(*w);
+  KernelChoices c;
+  int64_t resplit = 0;
+  for (const auto& [dtype, N, K] : shapes) {
+    const OpShape key{"matmul_split", dtype, 0, N, K, 0, 0};
+    for (const KernelVariant& v : split.variants) {
+      auto it = v.params.find("kseg");
+      if (it == v.params.end() || std::min(it->second, K) == cuda::matmul_kseg(N, K) ||
+          !split.supports(v, key))
+        continue;
+      c.set(key, v);
+      ++resplit;
+      break;
+    }
+  }
+  be.set_kernel_choices(c);  // the fused stage shapes offered depend on the segments in force
+  int64_t i = 0;
+  for (const auto& [dtype, N, K] : shapes) {
+    ++i;
+    for (int64_t T = 1; T <= max_T; ++T) {
+      const OpShape s{"matmul", dtype, T, N, K, 0, 0};
+      std::vector<const KernelVariant*> ok;
+      for (const KernelVariant& v : mm.variants)
+        if (mm.supports(v, s)) ok.push_back(&v);
+      if (!ok.empty()) c.set(s, *ok[size_t(T + i) % ok.size()]);
+    }
+  }
+  const ModelConfig& cfg = m.config();
+  const std::string kv = be.kv_dtype() == DType::F8_E4M3 ? "fp8" : "bf16";
+  for (int64_t ctx = 64; ctx <= attention_ctx_bucket(max_T); ctx *= 2)
+    for (int64_t T = 1; T <= std::min(ctx, max_T); ++T) {
+      const OpShape s{"attention", kv, T, cfg.n_heads, cfg.head_dim, cfg.n_kv_heads, ctx};
+      const KernelVariant& v = at.variants[size_t(T + ctx / 64) % at.variants.size()];
+      if (at.supports(v, s)) c.set(s, v);
+    }
+  note =
+      fmt::format("{} of {} weight shapes re-split, {} choices", resplit, shapes.size(), c.size());
+  return c;
+}
+
+// The exactness contract on the GPU for one model; with `recipe`, under every_variant_recipe.
+void exactness(const std::string& label_in, const std::string& path, DType kv = DType::BF16,
+               bool recipe = false) {
   auto m = model_load(path);
   const int64_t V = m->config().vocab, T = std::min<int64_t>(300, m->config().max_context);
   const auto ids = prompt_ids(T, V);
   auto gpu = cuda::make_cuda_backend({});
   gpu->set_kv_dtype(kv);
+  cuda::CudaOptions no_graphs;
+  no_graphs.graphs = false;
+  auto eager = cuda::make_cuda_backend(no_graphs);
+  eager->set_kv_dtype(kv);
+  std::string label = label_in;
+  if (recipe) {
+    std::string note;
+    for (Backend* be : {gpu.get(), eager.get()}) {
+      const KernelChoices c = every_variant_recipe(*m, *be, T, note);
+      be->set_kernel_choices(c);
+      check(be->kernel_choices().size() == c.size(),
+            label + ": the recipe (" + note + ") is kept whole by set_kernel_choices");
+    }
+    label += " (recipe)";
+  }
   const auto whole = Generator(*m, *gpu).logits(ids, 0);
   for (int64_t chunk : {1, 7, 64, 128}) {
     const auto got = Generator(*m, *gpu).logits(ids, chunk);
     check(same(whole, got),
           label + ": prefill chunk " + std::to_string(chunk) + " == whole prompt, bitwise");
   }
-  cuda::CudaOptions no_graphs;
-  no_graphs.graphs = false;
-  auto eager = cuda::make_cuda_backend(no_graphs);
-  eager->set_kv_dtype(kv);
   check(same(whole, Generator(*m, *eager).logits(ids, 7)),
         label + ": chunks of 7 without CUDA graphs == whole prompt, bitwise");
 
@@ -453,6 +535,10 @@ int main() {
     // The FP8 KV cache: the same contract, and logits close to the bf16 cache's.
     exactness("default model, fp8 KV cache", "", DType::F8_E4M3);
     exactness("qwen3_5, fp8 KV cache", golden + "/qwen3_5", DType::F8_E4M3);
+    // Recipes (kernel choices per shape): the contract holds under any of them.
+    exactness("default model", "", DType::BF16, true);
+    exactness("default model, fp8 KV cache", "", DType::F8_E4M3, true);
+    exactness("qwen3_5", golden + "/qwen3_5", DType::BF16, true);
     {
       auto m = model_load("");
       const int64_t V = m->config().vocab;
@@ -475,7 +561,10 @@ int main() {
     for (const auto& d : scaled) {
       const std::string name = "scaled/" + fs::path(d).filename().string();
       against_cpu(name, d, *gpu, true);
-      if (gpu->supports_head_dim(model_load(d)->config().head_dim)) exactness(name, d);
+      if (gpu->supports_head_dim(model_load(d)->config().head_dim)) {
+        exactness(name, d);
+        exactness(name, d, DType::BF16, true);
+      }
     }
     for (const auto& name : hybrid_moe) {
       try {

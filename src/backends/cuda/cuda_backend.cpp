@@ -2,7 +2,6 @@
 #include "backends/cuda/cuda_backend.h"
 
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,7 +12,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backends/cuda/cublas.h"
 #include "backends/cuda/cuda_device.h"
+#include "backends/cuda/cuda_tune.h"
 #include "backends/cuda/kernels.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -25,47 +26,6 @@ namespace {
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail("[cuda] {}: {}", what, cudaGetErrorString(e));
 }
-
-// cuBLAS through dlopen (no link-time dependency; CI and CPU machines never load it): the
-// bench's GEMM roofline and the non-exact --fast-prefill matmuls.
-struct Cublas {
-  using Create = int (*)(void**);
-  using Destroy = int (*)(void*);
-  using SetStream = int (*)(void*, cudaStream_t);
-  // cublasGemmEx(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C,
-  //              Ctype, ldc, computeType, algo)
-  using GemmEx = int (*)(void*, int, int, int, int, int, const void*, const void*, int, int,
-                         const void*, int, int, const void*, void*, int, int, int, int);
-  Create create = nullptr;
-  Destroy destroy = nullptr;
-  SetStream set_stream = nullptr;
-  GemmEx gemm = nullptr;
-
-  static const Cublas* get() {
-    static const Cublas lib = [] {
-      Cublas c;
-      void* h = nullptr;
-      for (const char* so : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"})
-        if ((h = dlopen(so, RTLD_NOW | RTLD_LOCAL))) break;
-      if (!h) return c;
-      c.create = reinterpret_cast<Create>(dlsym(h, "cublasCreate_v2"));
-      c.destroy = reinterpret_cast<Destroy>(dlsym(h, "cublasDestroy_v2"));
-      c.set_stream = reinterpret_cast<SetStream>(dlsym(h, "cublasSetStream_v2"));
-      c.gemm = reinterpret_cast<GemmEx>(dlsym(h, "cublasGemmEx"));
-      return c;
-    }();
-    return lib.create && lib.destroy && lib.set_stream && lib.gemm ? &lib : nullptr;
-  }
-  // Row-major y[M, N] = x[M, K] · W[N, K]ᵀ (bf16 in, f32 out and compute) == column-major
-  // yᵀ = W · xᵀ.
-  int matmul(void* h, const void* x, int64_t M, const void* w, int64_t N, int64_t K,
-             float* y) const {
-    constexpr int kOpT = 1, kOpN = 0, kBF16 = 14, kF32 = 0, kComputeF32 = 68, kDefault = -1;
-    const float alpha = 1.0f, beta = 0.0f;
-    return gemm(h, kOpT, kOpN, int(N), int(M), int(K), &alpha, w, kBF16, int(K), x, kBF16, int(K),
-                &beta, y, kF32, int(N), kComputeF32, kDefault);
-  }
-};
 
 uint64_t pow2_at_least(uint64_t v) {
   uint64_t p = 1;
@@ -262,9 +222,10 @@ class CudaBackend final : public Backend {
   // scaled matmul against bf16 at T = 512: +12-15 % (gate/up 382 vs 333 µs; the LM head,
   // dequantised in 4 blocks of rows, +24 %), at T = 2048: +4-5 % (1179 vs 1127 µs).
   void matmul_scaled_op(const void* x, int64_t T, const WeightRef& w, float* y, void* ws,
-                        size_t ws_bytes) {
+                        size_t ws_bytes, const MatmulPlan& p) {
     const ScaledWeight sw = scaled_weight(w);
-    const bool fused = T <= 64 && matmul_scaled_fused_ok(sw);
+    const bool fused = p.path == ScaledKernel::Fused ||
+                       (p.path == ScaledKernel::Auto && T <= 64 && matmul_scaled_fused_ok(sw));
     if (!fused) {  // the preferred size exactly (not doubled: it is up to 128 MiB), or any of at
                    // least 128 rows inside a recording (the path works through smaller blocks)
       const size_t want = matmul_scaled_scratch_bytes(sw);
@@ -277,8 +238,8 @@ class CudaBackend final : public Backend {
       if (deq_bytes_ < least) fail("[cuda] the scaled matmul scratch must grow during a recording");
     }
     op(fused ? "matmul (fused)" : "matmul (dequant)", w.rows, w.cols, [&] {
-      return matmul_scaled(static_cast<const bf16_bits*>(x), T, sw, y, stream_, ScaledKernel::Auto,
-                           ws, ws_bytes, deq_, deq_bytes_);
+      return matmul_scaled(static_cast<const bf16_bits*>(x), T, sw, y, stream_, p.path, ws,
+                           ws_bytes, deq_, deq_bytes_, p.kseg, p.config);
     });
   }
 
@@ -379,13 +340,23 @@ class CudaBackend final : public Backend {
   }
 
   // --- ops ---------------------------------------------------------------------------------
+  // The plan of the choices in force (cuda_tune.h): the weight shape's segments, the tiling or
+  // scaled path of this T; without choices, the defaults.
+  void matmul(const void* x, int64_t T, const WeightRef& w, float* y) override {
+    matmul_run(
+        x, T, w, y,
+        choices_.empty() ? MatmulPlan{} : matmul_plan(choices_, kernel_dtype(w), T, w.rows, w.cols),
+        opt_.fast_prefill);
+  }
   // Decode-sized passes run split-K with a workspace (more blocks in flight); it grows outside
   // recordings only (inside one, the kernel folds in registers: the same bits).
-  void matmul(const void* x, int64_t T, const WeightRef& w, float* y) override {
+  void matmul_run(const void* x, int64_t T, const WeightRef& w, float* y, const MatmulPlan& p,
+                  bool cublas_prefill) {
     void* ws = nullptr;
     size_t ws_bytes = 0;
-    if (T <= 64 && matmul_kseg(w.rows, w.cols) < w.cols) {
-      const size_t need = matmul_workspace_bytes(T, w.rows, w.cols);
+    const int64_t kseg = p.kseg ? std::min(p.kseg, w.cols) : matmul_kseg(w.rows, w.cols);
+    if (T <= 64 && kseg < w.cols) {
+      const size_t need = matmul_workspace_bytes(T, w.rows, w.cols, p.kseg);
       if (need > mm_ws_bytes_ && !capturing()) {
         if (mm_ws_) dealloc(mm_ws_);
         mm_ws_bytes_ = std::max(need, mm_ws_bytes_ * 2);
@@ -394,10 +365,10 @@ class CudaBackend final : public Backend {
       if (need <= mm_ws_bytes_) ws = mm_ws_, ws_bytes = mm_ws_bytes_;
     }
     if (ref::is_scaled(w)) {
-      matmul_scaled_op(x, T, w, y, ws, ws_bytes);
+      matmul_scaled_op(x, T, w, y, ws, ws_bytes, p);
       return;
     }
-    if (opt_.fast_prefill && T > 64) {  // non-exact: cuBLAS picks its own reduction order
+    if (cublas_prefill && T > 64) {  // non-exact: cuBLAS picks its own reduction order
       op("matmul (cuBLAS)", w.rows, w.cols, [&] {
         if (!cublas_) {
           const Cublas* cb = Cublas::get();
@@ -413,7 +384,7 @@ class CudaBackend final : public Backend {
     }
     op("matmul", w.rows, w.cols, [&] {
       return matmul_bf16(static_cast<const bf16_bits*>(x), T, static_cast<const bf16_bits*>(w.data),
-                         w.rows, w.cols, y, stream_, MatmulKernel::Auto, ws, ws_bytes);
+                         w.rows, w.cols, y, stream_, p.tiling, ws, ws_bytes, p.kseg);
     });
   }
   void rmsnorm(const float* x, const float* w, void* y, int64_t rows, int64_t n,
@@ -470,9 +441,17 @@ class CudaBackend final : public Backend {
     });
   }
   void attention(const AttentionArgs& a) override {
+    const bool fp8 = kv_ == DType::F8_E4M3;
+    attention_run(a,
+                  choices_.empty() ? AttnKernel::Auto
+                                   : attention_plan(choices_, fp8 ? "fp8" : "bf16", a.T, a.H, a.D,
+                                                    a.Hkv, attention_ctx_bucket(max_pos_ + 1)),
+                  fp8);
+  }
+  void attention_run(const AttentionArgs& a, AttnKernel kernel, bool fp8) {
     AttnArgs c;
     c.q = a.q;
-    if (kv_ == DType::F8_E4M3) {
+    if (fp8) {
       c.k8 = static_cast<const uint8_t*>(a.k);
       c.v8 = static_cast<const uint8_t*>(a.v);
     } else {
@@ -489,14 +468,15 @@ class CudaBackend final : public Backend {
     c.block_size = a.block_size;
     c.max_pos = max_pos_;
     // The split kernel's workspace grows with T × context: only passes that may take it
-    // (cuda::attention's Auto choice) get one; the others run the fused kernel (same bits).
-    const size_t ws = a.T * a.H < cuda::kAttnSplitMaxWarps
-                          ? attention_workspace_bytes(a.T, a.H, a.D, max_pos_ + 1)
-                          : 0;
+    // (cuda::attention's Auto choice, or a recipe's split) get one; the others run the fused
+    // kernel (same bits).
+    const bool may_split = kernel == AttnKernel::Split ||
+                           (kernel == AttnKernel::Auto && a.T * a.H < cuda::kAttnSplitMaxWarps);
+    const size_t ws = may_split ? attention_workspace_bytes(a.T, a.H, a.D, max_pos_ + 1) : 0;
     grow(ws_, ws_bytes_, ws, "attention");
     c.workspace = ws ? static_cast<float*>(ws_) : nullptr;
     c.workspace_bytes = ws ? ws_bytes_ : 0;
-    op("attention", 0, 0, [&] { return cuda::attention(c, stream_); });
+    op("attention", 0, 0, [&] { return cuda::attention(c, stream_, kernel); });
   }
   void swiglu(const float* gate, const float* up, void* out, int64_t n) override {
     op("swiglu", 0, 0,
@@ -567,6 +547,38 @@ class CudaBackend final : public Backend {
     grow(moe_ws_, moe_ws_bytes_, need, "moe");
     a.workspace = moe_ws_, a.workspace_bytes = moe_ws_bytes_;
     op("moe", 0, 0, [&] { return cuda::moe(a, stream_); });
+  }
+
+  // --- kernel variants and recipes (cuda_tune.h; MoE experts keep their defaults) -----------
+  DeviceIdentity identity() const override { return device_identity(opt_.device); }
+  std::vector<OpKernels> kernel_registry() const override {
+    return cuda::kernel_registry(&choices_);
+  }
+  // F32 and F16 matrices run as bf16 (rounded at upload); scaled ones in their format.
+  std::string kernel_dtype(const WeightRef& w) const override {
+    if (w.dtype == DType::BF16 || w.dtype == DType::F16 || w.dtype == DType::F32) return "bf16";
+    return ref::is_scaled(w) ? scaled_kernel_dtype(w) : Backend::kernel_dtype(w);
+  }
+  // Through the passes' own code (matmul_run, attention_run), never cuBLAS.
+  VariantRun run_variant(const OpShape& shape, const KernelVariant& v, int warmup, int reps,
+                         bool want_output) override {
+    VariantOps ops;
+    ops.matmul = [this](const void* x, int64_t T, const WeightRef& w, float* y,
+                        const MatmulPlan& p) { matmul_run(x, T, w, y, p, false); };
+    ops.begin_pass = [this](const PassRows& r) { begin_pass(r); };
+    ops.attention = [this](const AttentionArgs& a, AttnKernel k) {
+      attention_run(a, k, a.kv == DType::F8_E4M3);
+    };
+    return bench_.run(kernel_registry(), choices_, ops, opt_.device, stream_, shape, v, warmup,
+                      reps, want_output);
+  }
+  // Choices this backend cannot run are dropped (usable_choices); recordings hold the old
+  // choices' launches, so they go.
+  void set_kernel_choices(KernelChoices c) override {
+    check(cudaStreamSynchronize(stream_), "set_kernel_choices");
+    choices_ = std::move(c);
+    choices_ = usable_choices(choices_, kernel_registry());
+    clear_graphs();
   }
 
  private:
@@ -717,33 +729,8 @@ class CudaBackend final : public Backend {
   std::unordered_map<const WeightRef*, ExpertTable> expert_tables_;
   std::vector<const void*> table_scratch_;
   std::unordered_map<uint64_t, Graph> graphs_;
+  VariantBench bench_;  // run_variant's inputs
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Median seconds of `run` on the default stream over 10 timed runs after one warm-up.
-template <class F>
-double median_seconds(F&& run) {
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<double> t;
-  for (int r = 0; r < 11; ++r) {
-    cudaEventRecord(e0);
-    run();
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (r) t.push_back(ms * 1e-3);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return median(t);
-}
 
 }  // namespace
 
@@ -752,41 +739,6 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& opt) {
   if (const char* p = std::getenv("BASALT_CUDA_PROFILE"); p && std::string(p) == "1")
     o.profile = true;
   return std::make_unique<CudaBackend>(o);
-}
-
-double measure_copy_bandwidth(int device) {
-  check(cudaSetDevice(device), "cudaSetDevice");
-  const size_t n = size_t(1) << 30;
-  void *a = nullptr, *b = nullptr;
-  check(cudaMalloc(&a, n), "cudaMalloc");
-  check(cudaMalloc(&b, n), "cudaMalloc");
-  const double sec =
-      median_seconds([&] { check(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice), "copy"); });
-  cudaFree(a);
-  cudaFree(b);
-  return 2.0 * double(n) / sec;
-}
-
-double measure_cublas_gemm(int64_t M, int64_t N, int64_t K, int device) {
-  const Cublas* cb = Cublas::get();
-  if (!cb) return 0.0;
-  check(cudaSetDevice(device), "cudaSetDevice");
-  void* h = nullptr;
-  if (cb->create(&h) != 0) return 0.0;
-  void *A = nullptr, *B = nullptr, *C = nullptr;
-  check(cudaMalloc(&A, size_t(M * K) * 2), "cudaMalloc");
-  check(cudaMalloc(&B, size_t(N * K) * 2), "cudaMalloc");
-  check(cudaMalloc(&C, size_t(M * N) * 4), "cudaMalloc");
-  cudaMemset(A, 0x3c, size_t(M * K) * 2);  // ~1.0 in bf16: finite, non-zero
-  cudaMemset(B, 0x3c, size_t(N * K) * 2);
-  auto once = [&] { return cb->matmul(h, A, M, B, N, K, static_cast<float*>(C)); };
-  double rate = 0.0;
-  if (once() == 0) rate = 2.0 * double(M) * double(N) * double(K) / median_seconds(once);
-  cb->destroy(h);
-  cudaFree(A);
-  cudaFree(B);
-  cudaFree(C);
-  return rate;
 }
 
 }  // namespace basalt::cuda

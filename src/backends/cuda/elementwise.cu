@@ -320,8 +320,8 @@ cudaError_t kv_write_fp8(const float* k, const float* v, const int32_t* slots, i
   if (T < 0 || Hkv <= 0 || D <= 0 || D % 16 || block_size <= 0) return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
   const int64_t warps = T * Hkv * 2;
-  kv_write_fp8_kernel<<<unsigned((warps + 7) / 8), 256, 0, s>>>(k, v, slots, T, Hkv, D,
-                                                               block_size, k_cache, v_cache);
+  kv_write_fp8_kernel<<<unsigned((warps + 7) / 8), 256, 0, s>>>(k, v, slots, T, Hkv, D, block_size,
+                                                                k_cache, v_cache);
   return cudaGetLastError();
 }
 
@@ -331,6 +331,23 @@ cudaError_t kv_write(const float* k, const float* v, const int32_t* slots, int64
   if (T == 0) return cudaSuccess;
   const dim3 grid(unsigned((row + 255) / 256 < 16 ? (row + 255) / 256 : 16), unsigned(T));
   kv_write_kernel<<<grid, 256, 0, s>>>(k, v, slots, T, row, k_cache, v_cache);
+  return cudaGetLastError();
+}
+
+namespace {
+__global__ void stream_delay_kernel(uint64_t ns) {
+  uint64_t t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+}  // namespace
+
+cudaError_t stream_delay(int64_t ns, cudaStream_t s) {
+  if (ns < 0 || ns > 1000000000) return cudaErrorInvalidValue;
+  stream_delay_kernel<<<1, 1, 0, s>>>(uint64_t(ns));
   return cudaGetLastError();
 }
 

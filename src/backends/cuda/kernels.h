@@ -71,11 +71,17 @@ cudaError_t kv_write_fp8(const float* k, const float* v, const int32_t* slots, i
                          int64_t Hkv, int64_t D, int64_t block_size, uint8_t* k_cache,
                          uint8_t* v_cache, cudaStream_t s);
 
+// Holds stream s for about `ns` nanoseconds (one thread polling the global timer): a timing
+// harness queues the launches it times behind it, so they run back to back instead of each one
+// waiting for the host's launch (Backend::run_variant). ns <= 1e9.
+cudaError_t stream_delay(int64_t ns, cudaStream_t s);
+
 // --- matmul -------------------------------------------------------------------------------
 // y[T, N] = x[T, K] · W[N, K]ᵀ; x bf16, W bf16 row-major (nn.Linear), y f32. K % 8 == 0 and
 // 16-byte aligned x, W. Within a K segment (below), every y[t, n] is one chain of
 // mma.sync.m16n8k16 (bf16 → f32) over the segment's k16 slices in increasing order, starting
 // from 0; the order depends on K alone. All variants compute exactly that; they differ in tiling.
+// (The enum values of MatmulKernel, ScaledKernel and AttnKernel are recipe parameters: keep them.)
 enum class MatmulKernel : uint8_t {
   Auto,           // T > 64: Tile128; else workspace or N > 8192: Rows16x32; else Rows16x32Deep
   Rows16x32,      // 16 rows (T padded) × 32 columns per block, 4 warps, k-stage 128: decode
@@ -96,10 +102,14 @@ enum class MatmulKernel : uint8_t {
 int64_t matmul_kseg(int64_t N, int64_t K);
 // Benchmarks only: every shape gets segments of `kseg` (a multiple of 256; 0 restores the rule).
 void set_matmul_kseg_override(int64_t kseg);
-size_t matmul_workspace_bytes(int64_t T, int64_t N, int64_t K);
+// A call's segment length `kseg`: 0 = the rule above (matmul_kseg); otherwise a multiple of 256
+// shorter than K, or any value >= K for one segment (else cudaErrorInvalidValue). A recipe picks
+// it per weight shape (docs/cuda.md "Kernel variants"): it changes the bits, so it must never
+// depend on T. The workspace is sized for the call's segments.
+size_t matmul_workspace_bytes(int64_t T, int64_t N, int64_t K, int64_t kseg = 0);
 cudaError_t matmul_bf16(const bf16_bits* x, int64_t T, const bf16_bits* w, int64_t N, int64_t K,
                         float* y, cudaStream_t s, MatmulKernel kernel = MatmulKernel::Auto,
-                        void* workspace = nullptr, size_t workspace_bytes = 0);
+                        void* workspace = nullptr, size_t workspace_bytes = 0, int64_t kseg = 0);
 
 // --- matmul with scaled weights (HF quantized checkpoints; ops/ref/scaled.h) ----------------
 // y[t, n] = factor(n) · Σ_k inner(n, k) · x[t, k], computed as exactly what matmul_bf16 gives
@@ -133,15 +143,29 @@ bool matmul_scaled_fused_ok(const ScaledWeight& w);
 // runs with any scratch of at least min(N, 128) rows (K·2 bytes each).
 size_t matmul_scaled_scratch_bytes(const ScaledWeight& w);
 // x bf16 [T, K] (16-byte aligned), y f32 [T, N]. workspace: as matmul_bf16's
-// (matmul_workspace_bytes(T, N, K); the Fused and the Rows tilings then run the segments in
-// separate blocks: same bits).
+// (matmul_workspace_bytes(T, N, K, kseg); the Fused and the Rows tilings then run the segments
+// in separate blocks: same bits). kseg: as matmul_bf16's. config: the fused kernel's stage shape
+// at T <= 8 (0: the default; 1 .. 3: others, matmul.cu fused_stages; FP8 blocks have one; -1:
+// set_matmul_scaled_config's). Every stage shape gives the same bits (tests/gpu).
 cudaError_t matmul_scaled(const bf16_bits* x, int64_t T, const ScaledWeight& w, float* y,
                           cudaStream_t s, ScaledKernel kernel = ScaledKernel::Auto,
                           void* workspace = nullptr, size_t workspace_bytes = 0,
-                          void* scratch = nullptr, size_t scratch_bytes = 0);
-// Benchmarks only: the fused kernel's stage shape at T <= 8 (0: the default; 1 .. 3: others,
-// matmul.cu launch_fused; FP8 blocks have one). Every shape gives the same bits (tests/gpu).
+                          void* scratch = nullptr, size_t scratch_bytes = 0, int64_t kseg = 0,
+                          int config = -1);
+// Benchmarks only: the `config` of calls that pass -1.
 void set_matmul_scaled_config(int config);
+// The fused kernel's stage shape for T rows of w: k-stage BK (elements of a row a stage) and
+// stages in flight. A config the format does not have, or whose BK does not divide the
+// segments, runs the default (so configs 1 .. 3 are real alternatives only where this differs
+// from config 0's). kseg, config as matmul_scaled's; {0, 0} where the fused kernel cannot run
+// (T > 64, a bad kseg or config).
+struct FusedStages {
+  int bk = 0, stages = 0;
+  bool operator==(const FusedStages& o) const { return bk == o.bk && stages == o.stages; }
+  bool operator!=(const FusedStages& o) const { return !(*this == o); }
+};
+FusedStages matmul_scaled_fused_stages(const ScaledWeight& w, int64_t T, int64_t kseg = 0,
+                                       int config = -1);
 // out[r, :] = the inner values of weight row row0 + r as bf16 (out [rows, K], 16-byte aligned).
 cudaError_t dequant_scaled(const ScaledWeight& w, int64_t row0, int64_t rows, bf16_bits* out,
                            cudaStream_t s);

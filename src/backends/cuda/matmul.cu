@@ -7,8 +7,8 @@
 // do not depend on which rows share its tile or on T (tests/gpu checks this bitwise). K tails
 // are zero-filled in whole 8-element pieces (K % 8 == 0), identically in every variant.
 //
-// Split-K, fixed by the weight shape alone: K is cut into segments of matmul_kseg(N, K) elements
-// (the last shorter);
+// Split-K, fixed by the weight shape alone: K is cut into segments of matmul_kseg(N, K) elements,
+// or of the call's kseg (a recipe's choice for the weight shape; the last segment shorter);
 // c_s is the chain above over segment s (starting from 0), and y = ((c_0 + c_1) + c_2) + ...
 // (f32 adds, segment order). Tile128 and workspace-less calls fold the segments in registers
 // as they go; with a workspace, the Rows variants give each (tile, segment) its own block (more
@@ -52,8 +52,21 @@ int64_t matmul_kseg(int64_t N, int64_t K) {
   return 2048;
 }
 
-size_t matmul_workspace_bytes(int64_t T, int64_t N, int64_t K) {
-  const int64_t kseg = matmul_kseg(N, K), segs = (K + kseg - 1) / kseg;
+namespace {
+// A call's segment length (kernels.h): 0 the rule, >= K one segment, else a multiple of 256 (a
+// whole number of k-stages of every tiling); -1 when invalid.
+int64_t resolve_kseg(int64_t N, int64_t K, int64_t kseg) {
+  if (kseg == 0) return matmul_kseg(N, K);
+  if (kseg < 0) return -1;
+  if (kseg >= K) return K;
+  return kseg % 256 ? -1 : kseg;
+}
+}  // namespace
+
+size_t matmul_workspace_bytes(int64_t T, int64_t N, int64_t K, int64_t kseg) {
+  kseg = resolve_kseg(N, K, kseg);
+  if (kseg <= 0) return 0;  // an invalid kseg: the call fails anyway
+  const int64_t segs = (K + kseg - 1) / kseg;
   return counter_bytes() + size_t(segs) * size_t(T) * size_t(N) * 4;
 }
 
@@ -305,8 +318,8 @@ size_t workspace_bytes_kseg(int64_t T, int64_t N, int64_t K, int64_t kseg) {
   return counter_bytes() + size_t(segs) * size_t(T) * size_t(N) * 4;
 }
 
-// kseg: the segment length of the whole weight (matmul_kseg of its full shape: a launch over a
-// block of its rows keeps the weight's segments); y has row stride ldy.
+// kseg: the segment length of the whole weight (the call's, resolved: a launch over a block of
+// its rows keeps the weight's segments); y has row stride ldy.
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES>
 cudaError_t launch(const bf16_bits* x, int T, const bf16_bits* w, int N, int K, float* y,
                    cudaStream_t s, void* ws, size_t ws_bytes, int64_t kseg, int ldy, Epi epi = {}) {
@@ -496,13 +509,15 @@ cudaError_t dispatch_bf16(const bf16_bits* x, int T, const bf16_bits* w, int N, 
 
 cudaError_t matmul_bf16(const bf16_bits* x, int64_t T, const bf16_bits* w, int64_t N, int64_t K,
                         float* y, cudaStream_t s, MatmulKernel kernel, void* workspace,
-                        size_t workspace_bytes) {
+                        size_t workspace_bytes, int64_t kseg) {
   if (T < 0 || N <= 0 || K <= 0 || K % 8 || T > 0x7fffffff || N > 0x7fffffff || K > 0x7fffffff ||
       (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16)
     return cudaErrorInvalidValue;
+  kseg = resolve_kseg(N, K, kseg);
+  if (kseg <= 0) return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
-  return dispatch_bf16(x, int(T), w, int(N), int(K), y, s, kernel, workspace, workspace_bytes,
-                       matmul_kseg(N, K), int(N), N);
+  return dispatch_bf16(x, int(T), w, int(N), int(K), y, s, kernel, workspace, workspace_bytes, kseg,
+                       int(N), N);
 }
 
 cudaError_t moe_matmul(const bf16_bits* x, int64_t row_div, const bf16_bits* const* w0,
@@ -524,8 +539,8 @@ cudaError_t moe_matmul(const bf16_bits* x, int64_t row_div, const bf16_bits* con
 // --- scaled weights (NVFP4, FP8 E4M3): kernels.h matmul_scaled ------------------------------
 //
 // Exactness: y[t, n] = factor(n) · c(t, n), where c is exactly matmul_bf16's chain (same mma,
-// same operand positions, same k order, same matmul_kseg segments and fold) over the bf16
-// matrix of inner values, and factor(n) multiplies the final sum once in f32
+// same operand positions, same k order, the same segments (the call's kseg) and fold) over the
+// bf16 matrix of inner values, and factor(n) multiplies the final sum once in f32
 // (ops/ref/scaled.h has the split):
 //   NVFP4        inner = e2m1 · e4m3(S): exact in bf16 (<= 6 significant bits, magnitudes
 //                2^-10 .. 2688), factor = scale
@@ -986,7 +1001,7 @@ cudaError_t launch_scaled(ScaledArgs a, int64_t kseg, cudaStream_t s, void* ws, 
   a.seg_stages = segs == 1 ? (a.K + BK - 1) / BK : int(kseg / BK);
   const int64_t tiles = (a.N + kSBN - 1) / kSBN;
   const bool split =
-      segs > 1 && tiles <= kMaxTiles && ws && ws_bytes >= matmul_workspace_bytes(a.T, a.N, a.K);
+      segs > 1 && tiles <= kMaxTiles && ws && ws_bytes >= workspace_bytes_kseg(a.T, a.N, a.K, kseg);
   a.counters = static_cast<int*>(ws);
   a.part = split ? reinterpret_cast<float*>(static_cast<char*>(ws) + counter_bytes()) : nullptr;
   const dim3 grid(unsigned(tiles), unsigned(split ? segs : 1));
@@ -1000,39 +1015,63 @@ cudaError_t launch_scaled(ScaledArgs a, int64_t kseg, cudaStream_t s, void* ws, 
 // T = 4 (95-107 KB with its 32 KB table), then 256 × 4 / 256 × 3 / 128 × 4 / 128 × 3 as x grows;
 // FP8 512 × 2 up to T = 8 (70 KB at T = 1: three blocks an SM), then 256 × 4, 128 × 4; FP8
 // blocks 128 × 6 / 4 (B % 128 == 0: one block column a stage). Where 512 does not divide the
-// segment length (kseg 256, benchmarks only) the 256-k shape runs.
+// segment length (kseg 256) the 256-k shape runs. The other configs (1 .. 3, T <= 8 only) are
+// kept for recipes (docs/cuda.md "Kernel variants"): per device, a shape may prefer one.
 int g_scaled_config = 0;  // set_matmul_scaled_config (benchmarks only)
 
-cudaError_t launch_fused(SFmt f, const ScaledArgs& a, int64_t kseg, cudaStream_t s, void* ws,
-                         size_t ws_bytes) {
-  const int mr = (a.T + 7) / 8;
+// The stage shape (BK, STAGES) of T rows; kseg resolved (K or a multiple of 256). launch_fused
+// instantiates exactly this, so matmul_scaled_fused_stages tells the truth.
+FusedStages fused_stages(SFmt f, int T, int64_t K, int64_t kseg, int cfg) {
+  const int mr = (T + 7) / 8;
   // Stages of BK fit the segments when BK divides kseg (or there is one segment).
-  auto fits = [&](int bk) { return kseg % bk == 0 || kseg >= a.K; };
-  const int cfg = g_scaled_config;  // benchmarks: other shapes at T <= 8
+  auto fits = [&](int bk) { return kseg % bk == 0 || kseg >= K; };
   switch (f) {
     case SFmt::NVFP4:
       if (mr == 1) {
-        if (cfg == 1) return launch_scaled<SFmt::NVFP4, 1, 256, 4>(a, kseg, s, ws, ws_bytes);
-        if (cfg == 2 && fits(1024))
-          return launch_scaled<SFmt::NVFP4, 1, 1024, 2>(a, kseg, s, ws, ws_bytes);
-        if (cfg == 3 && fits(1024))
-          return launch_scaled<SFmt::NVFP4, 1, 1024, 3>(a, kseg, s, ws, ws_bytes);
-        return a.T <= 4 && fits(512)
-                   ? launch_scaled<SFmt::NVFP4, 1, 512, 3>(a, kseg, s, ws, ws_bytes)
-                   : launch_scaled<SFmt::NVFP4, 1, 256, 4>(a, kseg, s, ws, ws_bytes);
+        if (cfg == 1) return {256, 4};
+        if (cfg == 2 && fits(1024)) return {1024, 2};
+        if (cfg == 3 && fits(1024)) return {1024, 3};
+        return T <= 4 && fits(512) ? FusedStages{512, 3} : FusedStages{256, 4};
+      }
+      if (mr == 2) return {256, 3};
+      return mr <= 4 ? FusedStages{128, 4} : FusedStages{128, 3};
+    case SFmt::FP8:
+      if (mr == 1) {
+        if (cfg == 1) return {256, 4};
+        if (cfg == 2 && fits(512)) return {512, 3};
+        if (cfg == 3 && fits(1024)) return {1024, 2};
+        return fits(512) ? FusedStages{512, 2} : FusedStages{256, 4};
+      }
+      return mr == 2 ? FusedStages{256, 4} : FusedStages{128, 4};
+    case SFmt::FP8B:
+    default:
+      return mr <= 2 ? FusedStages{128, 6} : FusedStages{128, 4};
+  }
+}
+
+cudaError_t launch_fused(SFmt f, const ScaledArgs& a, int64_t kseg, int cfg, cudaStream_t s,
+                         void* ws, size_t ws_bytes) {
+  const int mr = (a.T + 7) / 8;
+  const FusedStages st = fused_stages(f, a.T, a.K, kseg, cfg);
+  switch (f) {
+    case SFmt::NVFP4:
+      if (mr == 1) {
+        if (st.bk == 1024)
+          return st.stages == 2 ? launch_scaled<SFmt::NVFP4, 1, 1024, 2>(a, kseg, s, ws, ws_bytes)
+                                : launch_scaled<SFmt::NVFP4, 1, 1024, 3>(a, kseg, s, ws, ws_bytes);
+        if (st.bk == 512) return launch_scaled<SFmt::NVFP4, 1, 512, 3>(a, kseg, s, ws, ws_bytes);
+        return launch_scaled<SFmt::NVFP4, 1, 256, 4>(a, kseg, s, ws, ws_bytes);
       }
       if (mr == 2) return launch_scaled<SFmt::NVFP4, 2, 256, 3>(a, kseg, s, ws, ws_bytes);
       if (mr <= 4) return launch_scaled<SFmt::NVFP4, 4, 128, 4>(a, kseg, s, ws, ws_bytes);
       return launch_scaled<SFmt::NVFP4, 8, 128, 3>(a, kseg, s, ws, ws_bytes);
     case SFmt::FP8:
       if (mr == 1) {
-        if (cfg == 1) return launch_scaled<SFmt::FP8, 1, 256, 4>(a, kseg, s, ws, ws_bytes);
-        if (cfg == 2 && fits(512))
-          return launch_scaled<SFmt::FP8, 1, 512, 3>(a, kseg, s, ws, ws_bytes);
-        if (cfg == 3 && fits(1024))
-          return launch_scaled<SFmt::FP8, 1, 1024, 2>(a, kseg, s, ws, ws_bytes);
-        return fits(512) ? launch_scaled<SFmt::FP8, 1, 512, 2>(a, kseg, s, ws, ws_bytes)
-                         : launch_scaled<SFmt::FP8, 1, 256, 4>(a, kseg, s, ws, ws_bytes);
+        if (st.bk == 1024) return launch_scaled<SFmt::FP8, 1, 1024, 2>(a, kseg, s, ws, ws_bytes);
+        if (st.bk == 512)
+          return st.stages == 3 ? launch_scaled<SFmt::FP8, 1, 512, 3>(a, kseg, s, ws, ws_bytes)
+                                : launch_scaled<SFmt::FP8, 1, 512, 2>(a, kseg, s, ws, ws_bytes);
+        return launch_scaled<SFmt::FP8, 1, 256, 4>(a, kseg, s, ws, ws_bytes);
       }
       if (mr == 2) return launch_scaled<SFmt::FP8, 2, 256, 4>(a, kseg, s, ws, ws_bytes);
       if (mr <= 4) return launch_scaled<SFmt::FP8, 4, 128, 4>(a, kseg, s, ws, ws_bytes);
@@ -1122,6 +1161,12 @@ void set_matmul_scaled_config(int config) {
   g_scaled_config = config;
 }
 
+FusedStages matmul_scaled_fused_stages(const ScaledWeight& w, int64_t T, int64_t kseg, int config) {
+  kseg = resolve_kseg(w.N, w.K, kseg);
+  if (T < 1 || T > 64 || w.K <= 0 || kseg <= 0 || config < -1 || config > 3) return {};
+  return fused_stages(sfmt(w.format), int(T), w.K, kseg, config < 0 ? g_scaled_config : config);
+}
+
 bool matmul_scaled_fused_ok(const ScaledWeight& w) {
   if (!scaled_args_ok(w) || reinterpret_cast<uintptr_t>(w.data) % 16) return false;
   if ((w.N + kSBN - 1) / kSBN > 0x7fffffff) return false;
@@ -1164,14 +1209,17 @@ cudaError_t dequant_scaled(const ScaledWeight& w, int64_t row0, int64_t rows, bf
 
 cudaError_t matmul_scaled(const bf16_bits* x, int64_t T, const ScaledWeight& w, float* y,
                           cudaStream_t s, ScaledKernel kernel, void* workspace,
-                          size_t workspace_bytes, void* scratch, size_t scratch_bytes) {
-  if (T < 0 || T > 0x7fffffff || !scaled_args_ok(w) || reinterpret_cast<uintptr_t>(x) % 16)
+                          size_t workspace_bytes, void* scratch, size_t scratch_bytes, int64_t kseg,
+                          int config) {
+  if (T < 0 || T > 0x7fffffff || !scaled_args_ok(w) || reinterpret_cast<uintptr_t>(x) % 16 ||
+      config < -1 || config > 3)
     return cudaErrorInvalidValue;
+  kseg = resolve_kseg(w.N, w.K, kseg);
+  if (kseg <= 0) return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
   const bool fused_ok = T <= 64 && matmul_scaled_fused_ok(w);
   if (kernel == ScaledKernel::Auto) kernel = fused_ok ? ScaledKernel::Fused : ScaledKernel::Dequant;
   if (kernel == ScaledKernel::Fused && !fused_ok) return cudaErrorInvalidValue;
-  const int64_t kseg = matmul_kseg(w.N, w.K);
   Epi epi;
   epi.rows = w.format == ScaledFormat::FP8Rows ? static_cast<const float*>(w.scales) : nullptr;
   epi.scale = w.scale;
@@ -1183,7 +1231,8 @@ cudaError_t matmul_scaled(const bf16_bits* x, int64_t T, const ScaledWeight& w, 
     a.T = int(T), a.N = int(w.N), a.K = int(w.K);
     a.blk = int(w.block), a.kb = w.block > 0 ? int((w.K + w.block - 1) / w.block) : 0;
     a.y = y;
-    return launch_fused(sfmt(w.format), a, kseg, s, workspace, workspace_bytes);
+    return launch_fused(sfmt(w.format), a, kseg, config < 0 ? g_scaled_config : config, s,
+                        workspace, workspace_bytes);
   }
   // Dequant: blocks of rows through the scratch (a whole number of Tile128 column blocks when
   // the weight does not fit), each a launch of the bf16 kernels with the whole weight's
