@@ -2,8 +2,10 @@
 // writes the winners as a recipe (kernels/tuner.h, docs/tuning.md). generate, bench and serve
 // then run them.
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "cli/commands.h"
@@ -146,6 +148,17 @@ int run_tune(const TuneArgs& a) {
       "%d of %d shapes tuned away from the default; sum of medians %.1f us vs %.1f us "
       "(%.3fx)\n",
       changed, rep.shapes_tuned, tuned_sum, def_sum, tuned_sum > 0 ? def_sum / tuned_sum : 1.0);
+  // Per op (matmul also split into decode and prefill row counts).
+  std::map<std::string, std::array<double, 3>> per;  // shapes, tuned us, default us
+  for (const kernels::RecipeEntry& e : rep.recipe.entries) {
+    std::string key = e.shape.op;
+    if (e.shape.op != "matmul_split") key += e.shape.T <= a.decode_max ? " decode" : " prefill";
+    auto& p = per[key];
+    p[0] += 1, p[1] += e.time_us, p[2] += e.default_us;
+  }
+  for (const auto& [op, p] : per)
+    std::printf("  %-18s %4.0f shapes: %10.1f us tuned vs %10.1f us default (%.3fx)\n", op.c_str(),
+                p[0], p[1], p[2], p[1] > 0 ? p[2] / p[1] : 1.0);
   for (const std::string& r : rep.rejected)
     std::fprintf(stderr, "[tune] rejected: %s\n", r.c_str());
   for (const std::string& s : rep.skipped) std::fprintf(stderr, "[tune] skipped: %s\n", s.c_str());

@@ -208,8 +208,6 @@ void recipe_check(const Recipe& r, const std::vector<OpKernels>& registry) {
     if (v->params != e.variant.params)
       fail("[recipe] {}: variant {}'s parameters differ from this basalt's", e.shape.str(),
            e.variant.name);
-    if (k->supports && !k->supports(*v, e.shape))
-      fail("[recipe] {}: variant {} does not support this shape", e.shape.str(), e.variant.name);
   }
 }
 

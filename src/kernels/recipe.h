@@ -44,8 +44,10 @@ std::string recipe_json(const Recipe& r);
 // Writes through a temporary file in the same directory and a rename (readers never see a
 // partial recipe); creates the directory.
 void recipe_write(const Recipe& r, const std::string& path);
-// Every entry names an op, variant and parameters of `registry`, supported on its shape, with
-// T = 0 exactly for changes_order ops. Throws basalt::Error on the first that does not.
+// Every entry names an op, variant and parameters of `registry`, with T = 0 exactly for
+// changes_order ops. Throws basalt::Error on the first that does not. (Whether a variant supports
+// its shape can depend on the recipe's other choices, e.g. a fused stage shape under a split-K
+// choice: backends drop the choices they cannot run when they are set, with a warning.)
 void recipe_check(const Recipe& r, const std::vector<OpKernels>& registry);
 
 // Where recipes are looked for, in order: the files of recipe_user_dir() (sorted by name), then

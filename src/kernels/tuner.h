@@ -9,7 +9,9 @@
 // the other ops are timed, so they are measured under it. Every other variant must give the
 // default's output bit for bit (they differ in tiling, not arithmetic) or it is excluded and
 // reported; the winner is the fastest by median, replacing the default only when at least
-// `min_gain` faster, so the tuned configuration is never measured slower than the default.
+// `min_gain` faster, so the tuned configuration is never measured slower than the default. The
+// default is timed before and after the other variants of a shape and keeps its faster median
+// (a shape's first timing runs on a GPU whose clocks dropped while its inputs were made).
 #pragma once
 #include <functional>
 #include <string>
