@@ -8,6 +8,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "core/error.h"
+#include "io/embedded.h"
 #include "kernels/recipe.h"
 #include "test_util.h"
 
@@ -132,9 +133,6 @@ TEST(Recipe, CheckAgainstRegistryKeepsOrderChangingChoicesOffT) {
   r = sample();
   r.entries[0].variant.params["tiling"] = 3;
   check_fails(r, "parameters differ");
-  r = sample();
-  r.entries[0].shape.T = 512;  // rows16x16 is only offered up to T = 64 here
-  check_fails(r, "does not support");
 }
 
 TEST(Recipe, WriteIsAtomicAndMergeKeepsOtherShapes) {
@@ -219,6 +217,28 @@ TEST(Recipe, SelectionPicksThisDevicesRecipeAndExplainsTheOthers) {
   EXPECT_EQ(be->kernel_choices().size(), 1u);
   kernels::recipe_apply(*be, true, "");
   EXPECT_TRUE(be->kernel_choices().empty());
+}
+
+// The recipes shipped in recipes/ are embedded in the binary, parse, and keep order-changing
+// choices off T (the registry check proper needs their device: tests/gpu).
+TEST(Recipe, ShippedRecipesParse) {
+  int n = 0;
+  for (const EmbeddedFile* e = basalt_embedded_recipes(); e->name; ++e, ++n) {
+    const Recipe r = kernels::recipe_parse(
+        std::string(reinterpret_cast<const char*>(e->data), e->size), e->name);
+    EXPECT_FALSE(r.entries.empty()) << e->name;
+    EXPECT_FALSE(r.device.name.empty()) << e->name;
+    for (const RecipeEntry& x : r.entries) {
+      EXPECT_EQ(x.shape.op == "matmul_split", x.shape.T == 0) << e->name << " " << x.shape.str();
+      EXPECT_GT(x.default_us, 0.0) << e->name << " " << x.shape.str();
+      EXPECT_LE(x.time_us, x.default_us) << e->name << " " << x.shape.str();
+    }
+  }
+  std::error_code ec;
+  int files = 0;
+  for (const auto& f : std::filesystem::directory_iterator(test::source_dir() + "/recipes", ec))
+    files += f.path().extension() == ".json";
+  EXPECT_EQ(n, files) << "every recipes/*.json is embedded";
 }
 
 // The CPU's variants differ in tiling only: each gives the default's bits on every dtype.
