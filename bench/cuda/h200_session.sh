@@ -2,20 +2,11 @@
 # One device call (see docs/cuda.md): GPU tests, then the end-to-end benchmark of a synthetic
 # llama-3.1-8b. Run from the repository root on the GPU machine with build-cuda/{basalt,
 # tests/gpu/*, bench/cuda/*, rtlib} carried from the build machine; results go to $OUT.
-set -u
-B=build-cuda
-export LD_LIBRARY_PATH=$PWD/$B/rtlib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+. "$(dirname "$0")/session_common.sh"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv
-step() { echo "== $*"; local t0=$SECONDS; "$@"; echo "== rc=$? ($((SECONDS - t0)) s)"; }
-if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  step $B/tests/gpu/test_cuda_kernels > "$OUT/test_cuda_kernels.txt" 2>&1
-  step $B/tests/gpu/test_cuda_model > "$OUT/test_cuda_model.txt" 2>&1
-  tail -n 3 "$OUT/test_cuda_kernels.txt" "$OUT/test_cuda_model.txt"
-  grep FAIL "$OUT"/test_cuda_*.txt | head -20
+gpu_tests
+[ "${SKIP_TESTS:-0}" = 1 ] ||
   step $B/basalt generate --device cuda -n 48 --temp 0 -p "And it came to pass" 2>&1 | tail -4
-fi
 if [ "${SKIP_KERNELS:-0}" != 1 ]; then
   step $B/bench/cuda/bench_cuda_kernels > "$OUT/bench_cuda_kernels.txt" 2>&1
   cat "$OUT/bench_cuda_kernels.txt"

@@ -8,22 +8,10 @@
 #   MODELS="qwen3-30b-a3b:12 qwen3.5-27b:16"   preset[:layers] (0 or absent: all layers)
 #   SKIP_TESTS=1     skip the GPU tests
 #   LONG=0           skip the 32K-context run
-set -u
-B=build-cuda
-export LD_LIBRARY_PATH=$PWD/$B/rtlib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-# test_cuda_model reads the golden checkpoints under the build machine's source path.
-[ -d /work/main/tests/golden ] || { mkdir -p /work && ln -sfn "$PWD" /work/main; }
+. "$(dirname "$0")/session_common.sh"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv
 df -h /tmp | tail -n 1
-step() { echo "== $*"; local t0=$SECONDS; "$@"; echo "== rc=$? ($((SECONDS - t0)) s)"; }
-if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  step $B/tests/gpu/test_cuda_kernels > "$OUT/test_cuda_kernels.txt" 2>&1
-  step $B/tests/gpu/test_cuda_model > "$OUT/test_cuda_model.txt" 2>&1
-  tail -n 3 "$OUT/test_cuda_kernels.txt" "$OUT/test_cuda_model.txt"
-  grep -E "FAIL|SKIP" "$OUT"/test_cuda_*.txt | head -20
-fi
+gpu_tests
 for spec in ${MODELS:-qwen3-30b-a3b:12 qwen3.5-27b:16 qwen3.5-35b-a3b:10}; do
   preset=${spec%%:*}
   layers=${spec#*:}

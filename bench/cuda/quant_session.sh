@@ -6,18 +6,8 @@
 # rtlib} carried; results in $OUT. Knobs: SKIP_TESTS=1, SKIP_KERNELS=1, SKIP_MODELS=1,
 # FORMATS="nvfp4 fp8",
 # LONG=0 (skip the 32K runs), LONG_MODELS (which get them; default bf16 and NVFP4).
-set -u
-B=build-cuda
-export LD_LIBRARY_PATH=$PWD/$B/rtlib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-step() { echo "== $*"; local t0=$SECONDS; "$@"; echo "== rc=$? ($((SECONDS - t0)) s)"; }
-if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  step $B/tests/gpu/test_cuda_kernels > "$OUT/test_cuda_kernels.txt" 2>&1
-  step $B/tests/gpu/test_cuda_model > "$OUT/test_cuda_model.txt" 2>&1
-  tail -n 2 "$OUT/test_cuda_kernels.txt" "$OUT/test_cuda_model.txt"
-  grep FAIL "$OUT"/test_cuda_*.txt | head -30
-fi
+. "$(dirname "$0")/session_common.sh"
+gpu_tests
 if [ "${SKIP_KERNELS:-0}" != 1 ]; then
   step $B/bench/cuda/bench_cuda_kernels scaled > "$OUT/bench_scaled.txt" 2>&1
   cat "$OUT/bench_scaled.txt"

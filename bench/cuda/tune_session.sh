@@ -6,24 +6,16 @@
 # carried; results in $OUT. Knobs: SKIP_TESTS=1, MODELS="llama-3.1-8b llama-3.1-8b-nvfp4"
 # (NAME[-nvfp4][:LAYERS], LAYERS a depth cut for synth, 0 or absent: all), BUDGET (tune seconds
 # per model), PROMPTS, RECIPE_IN (a recipe to merge into, e.g. recipes/*.json from an earlier
-# call), SKIP_BENCH=1.
-set -u
-B=build-cuda
-export LD_LIBRARY_PATH=$PWD/$B/rtlib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-OUT=${OUT:-/tmp/out}
+# call), SKIP_TUNE=1, SKIP_BENCH=1, EXACT=1 (logits bitwise across prefill chunkings under the
+# recipe in force).
+. "$(dirname "$0")/session_common.sh"
 mkdir -p "$OUT/recipes"
 export BASALT_RECIPE_DIR=$OUT/recipes
 # What an entry point would run before this call tunes anything (the shipped recipe, if any).
 $B/basalt info --recipes --device cuda > "$OUT/info.txt" 2>&1
 grep "^recipe:" "$OUT/info.txt"
 [ -n "${RECIPE_IN:-}" ] && cp "$RECIPE_IN" "$OUT/recipes/"
-step() { echo "== $*"; local t0=$SECONDS; "$@"; echo "== rc=$? ($((SECONDS - t0)) s)"; }
-if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  step $B/tests/gpu/test_cuda_kernels > "$OUT/test_cuda_kernels.txt" 2>&1
-  step $B/tests/gpu/test_cuda_model > "$OUT/test_cuda_model.txt" 2>&1
-  tail -n 2 "$OUT/test_cuda_kernels.txt" "$OUT/test_cuda_model.txt"
-  grep FAIL "$OUT"/test_cuda_*.txt | head -30
-fi
+gpu_tests
 for spec in ${MODELS:-llama-3.1-8b llama-3.1-8b-nvfp4}; do
   layers=0
   case $spec in *:*) layers=${spec#*:} spec=${spec%%:*} ;; esac
@@ -36,8 +28,25 @@ for spec in ${MODELS:-llama-3.1-8b llama-3.1-8b-nvfp4}; do
   fi
   n=$(basename $M)
   # (Few files: the device returns at most 8 from $OUT.)
-  step $B/basalt tune -m $M --device cuda --budget-s ${BUDGET:-120} -q >> "$OUT/tune.txt" 2>&1
-  tail -n 3 "$OUT/tune.txt"
+  if [ "${SKIP_TUNE:-0}" != 1 ]; then
+    step $B/basalt tune -m $M --device cuda --budget-s ${BUDGET:-120} -q >> "$OUT/tune.txt" 2>&1
+    tail -n 3 "$OUT/tune.txt"
+  fi
+  if [ "${EXACT:-0}" = 1 ]; then  # the recipe in force keeps the contract on this model's shapes
+    ids=$(seq -s, 1000 37 12000)  # 298 tokens
+    for c in 0 1 7 64; do
+      $B/basalt -v logits -m $M --device cuda --tokens $ids --prefill-chunk $c --out /tmp/l_$c.npy \
+        2> /tmp/l_$c.err || tail -n 2 /tmp/l_$c.err
+    done
+    grep -h "recipe" /tmp/l_0.err | head -n 1
+    for c in 1 7 64; do
+      cmp -s /tmp/l_0.npy /tmp/l_$c.npy && echo "EXACT chunk $c == whole prompt, bitwise" ||
+        echo "DIFFER chunk $c vs whole prompt"
+    done
+    $B/basalt logits -m $M --device cuda --tokens $ids --no-autotune --out /tmp/l_d.npy 2>/dev/null
+    cmp -s /tmp/l_0.npy /tmp/l_d.npy && echo "recipe == --no-autotune, bitwise" ||
+      echo "recipe != --no-autotune (a re-split weight shape: another fixed order)"
+  fi
   [ "${SKIP_BENCH:-0}" = 1 ] && continue
   for mode in tuned default; do
     flag=""

@@ -126,8 +126,7 @@ int run_tune(const TuneArgs& a) {
   kernels::recipe_write(recipe, out);
 
   // What changed: each shape whose winner is not the default.
-  std::printf("%-14s %-11s %6s %7s %7s  %-16s %10s %10s %6s\n", "op", "dtype", "T", "N", "K",
-              "variant", "tuned us", "default us", "gain");
+  std::printf("%-56s %-16s %10s %10s %6s\n", "shape", "variant", "tuned us", "default us", "gain");
   int changed = 0;
   double tuned_sum = 0, def_sum = 0;
   const std::vector<OpKernels> reg = be->kernel_registry();
@@ -139,9 +138,8 @@ int run_tune(const TuneArgs& a) {
       if (x.op == e.shape.op) k = &x;
     if (k && e.variant == k->variants[0]) continue;
     ++changed;
-    std::printf("%-14s %-11s %6lld %7lld %7lld  %-16s %10.1f %10.1f %5.1f%%\n", e.shape.op.c_str(),
-                e.shape.dtype.c_str(), (long long)e.shape.T, (long long)e.shape.N,
-                (long long)e.shape.K, e.variant.name.c_str(), e.time_us, e.default_us,
+    std::printf("%-56s %-16s %10.1f %10.1f %5.1f%%\n", e.shape.str().c_str(),
+                e.variant.name.c_str(), e.time_us, e.default_us,
                 100.0 * (1.0 - e.time_us / e.default_us));
   }
   std::printf(
