@@ -25,6 +25,8 @@ struct GenerateArgs {
   int threads = 0;
   int64_t prefill_chunk = 0;
   bool ignore_eos = false;
+  std::string spec;  // --spec: a drafter name
+  int64_t spec_tokens = 4;
 };
 
 // Sampling defaults: the checkpoint's generation_config.json where it has them, otherwise
@@ -76,6 +78,12 @@ int run_generate(const GenerateArgs& a) {
   opt.prefill_chunk = a.prefill_chunk;
   opt.ignore_eos = a.ignore_eos;
   if (tok->eos_id() >= 0) opt.stop_ids.push_back(tok->eos_id());
+  std::unique_ptr<Drafter> drafter;
+  if (!a.spec.empty()) {
+    drafter = make_drafter(a.spec);
+    opt.drafter = drafter.get();
+    opt.spec_tokens = a.spec_tokens;
+  }
   spdlog::info("{} on {}; sampling: temperature {}, top-k {}, top-p {}, min-p {}, seed {}",
                model_label(a.model), be->name(), opt.sampling.temperature, opt.sampling.top_k,
                opt.sampling.top_p, opt.sampling.min_p, opt.sampling.seed);
@@ -101,6 +109,13 @@ int run_generate(const GenerateArgs& a) {
                st.prefill_s > 0 ? double(st.prompt_tokens) / st.prefill_s : 0.0,
                (long long)st.generated, st.decode_s > 0 ? double(st.generated) / st.decode_s : 0.0,
                st.stop_reason.c_str());
+  if (drafter)
+    std::fprintf(stderr,
+                 "speculative (%s, up to %lld a pass): %lld verification passes, %lld of %lld "
+                 "drafted tokens accepted, %.2f tokens a pass\n",
+                 drafter->name().c_str(), (long long)a.spec_tokens, (long long)st.verify_passes,
+                 (long long)st.accepted, (long long)st.drafted,
+                 st.verify_passes ? double(st.generated) / double(st.verify_passes) : 0.0);
   return 0;
 }
 
@@ -126,6 +141,12 @@ Runner add_generate(CLI::App& app) {
   sc->add_option("--prefill-chunk", a->prefill_chunk,
                  "Prompt tokens per forward pass (0 = whole prompt); results are identical");
   sc->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past end-of-sequence tokens");
+  sc->add_option("--spec", a->spec,
+                 "Speculative decoding with this drafter: ngram (prompt lookup); greedy only, "
+                 "output identical to plain decoding (docs/speculative.md)");
+  sc->add_option("--spec-tokens", a->spec_tokens, "Draft tokens verified per pass")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   return [a] { return run_generate(*a); };
 }
 

@@ -178,7 +178,7 @@ bool Engine::step() {
     Seq& s = *running_[i];
     const int64_t unfed = int64_t(s.history.size()) - s.kv.length;
     int64_t n = std::min(unfed, budget);
-    if (pool_->has_state() && n > 1) {  // end prefill chunks on a block boundary when one is
+    if (pool_->has_state() && n > 1) {         // end prefill chunks on a block boundary when one is
       const int64_t bs = pool_->block_size();  // crossed: the state there is kept for reuse
       const int64_t last = (s.kv.length + n) / bs * bs;
       if (last > s.kv.length && last < s.kv.length + n) n = last - s.kv.length;

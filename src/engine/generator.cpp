@@ -53,6 +53,18 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
   const bool plain_greedy = sp.greedy() && sp.repetition_penalty == 1.0f &&
                             sp.presence_penalty == 0.0f && sp.frequency_penalty == 0.0f;
   int32_t next = plain_greedy ? argmax(logits) : -1;
+  if (opt.drafter && opt.max_new_tokens > 0) {
+    if (!plain_greedy)
+      fail(
+          "[generate] speculative decoding runs greedy decoding only for now (--temp 0, no "
+          "penalties)");
+    if (pool->has_state())
+      fail("[generate] speculative decoding cannot roll back the recurrent state of {} yet",
+           c.hf_class);
+    speculate(*pool, seq, capacity, next, history, opt, st, on_token);
+    st.decode_s = now_s() - t0;
+    return st;
+  }
   for (int64_t i = 0; i < opt.max_new_tokens; ++i) {
     const int64_t pos = int64_t(history.size());
     const int32_t tok = plain_greedy ? next : sample_token(logits, opt.sampling, history, pos);
@@ -81,6 +93,58 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
   }
   st.decode_s = now_s() - t0;
   return st;
+}
+
+void Generator::speculate(KvPool& pool, KvSequence& seq, int64_t capacity, int32_t tok,
+                          std::vector<int32_t>& history, const GenerateOptions& opt,
+                          GenerateStats& st, const std::function<bool(int32_t)>& on_token) {
+  const ModelConfig& c = model_.config();
+  // The plain loop's checks for one emitted token; false: stop (st.stop_reason says why).
+  auto emit = [&](int32_t t) {
+    history.push_back(t);
+    if (std::find(c.eos_ids.begin(), c.eos_ids.end(), t) != c.eos_ids.end() && !opt.ignore_eos) {
+      st.stop_reason = "eos";
+      return false;
+    }
+    if (std::find(opt.stop_ids.begin(), opt.stop_ids.end(), t) != opt.stop_ids.end()) {
+      st.stop_reason = "stop";
+      return false;
+    }
+    ++st.generated;
+    if (!on_token(t)) {
+      st.stop_reason = "callback";
+      return false;
+    }
+    return st.generated < opt.max_new_tokens;  // else "length"
+  };
+  std::vector<int32_t> in, ids;
+  std::vector<float> rows;
+  while (emit(tok)) {
+    if (seq.length + 1 > capacity) {
+      st.stop_reason = "context";
+      return;
+    }
+    // Drafts: no more than the tokens still to emit or the context still holds.
+    const int64_t k =
+        std::min({opt.spec_tokens, opt.max_new_tokens - st.generated, capacity - seq.length - 1});
+    std::vector<int32_t> d = opt.drafter->draft(history, k);
+    if (int64_t(d.size()) > k) d.resize(size_t(k));
+    in.assign(1, tok);
+    in.insert(in.end(), d.begin(), d.end());
+    ids.resize(in.size());
+    rows.resize(in.size() * size_t(c.vocab));
+    model_.forward(be_, pool, seq, in, rows.data(), true, ids.data());
+    ++st.verify_passes;
+    st.drafted += int64_t(d.size());
+    // Row i is the target's next token after in[0..i]: draft i stands if it equals it.
+    size_t n = 0;
+    while (n < d.size() && d[n] == ids[n]) ++n;
+    st.accepted += int64_t(n);
+    pool.truncate(seq, seq.length - int64_t(d.size() - n));
+    for (size_t j = 0; j < n; ++j)
+      if (!emit(d[j])) return;
+    tok = ids[n];  // the target's token after the accepted drafts
+  }
 }
 
 std::vector<float> Generator::logits(std::span<const int32_t> tokens, int64_t chunk) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/drafter.h"
 #include "engine/sampler.h"
 #include "models/model.h"
 
@@ -19,12 +20,21 @@ struct GenerateOptions {
   std::vector<int32_t> stop_ids;  // besides the model's EOS ids
   bool ignore_eos = false;
   int64_t max_context = 0;  // 0: the model's context length
+  // Speculative decoding: after each token, `drafter` proposes up to spec_tokens more and one
+  // pass of the target verifies them all (T = 1 + drafts); the longest prefix equal to the
+  // target's own argmax is kept, plus the target's next token, and the KV of the rest is
+  // dropped. The output is bitwise plain greedy's (verification rows are exact: same bits as
+  // decode steps). Greedy decoding only, models without recurrent state (for now).
+  Drafter* drafter = nullptr;
+  int64_t spec_tokens = 4;
 };
 
 struct GenerateStats {
   int64_t prompt_tokens = 0, generated = 0;
   double prefill_s = 0, decode_s = 0;
   std::string stop_reason;  // "eos", "stop", "length", "context", "callback"
+  // Speculative decoding: verification passes, tokens drafted and accepted.
+  int64_t verify_passes = 0, drafted = 0, accepted = 0;
 };
 
 class Generator {
@@ -43,6 +53,10 @@ class Generator {
   std::vector<float> logits(std::span<const int32_t> tokens, int64_t chunk);
 
  private:
+  // The decode loop of speculative decoding (GenerateOptions::drafter), from the first token.
+  void speculate(KvPool& pool, KvSequence& seq, int64_t capacity, int32_t first,
+                 std::vector<int32_t>& history, const GenerateOptions& opt, GenerateStats& st,
+                 const std::function<bool(int32_t)>& on_token);
   // Runs tokens through the model in chunks; leaves the last row's logits in last_logits.
   void prefill(std::span<const int32_t> tokens, int64_t chunk, KvPool& pool, KvSequence& seq,
                std::vector<float>& last_logits);

@@ -257,4 +257,29 @@ void KvPool::release(KvSequence& s) {
   s = KvSequence{};
 }
 
+void KvPool::truncate(KvSequence& s, int64_t length) {
+  if (length < 0 || length > s.length)
+    fail("[kv] truncate to {} positions: the sequence holds {}", length, s.length);
+  if (length == s.length) return;
+  if (has_state())
+    fail("[kv] cannot roll back a sequence with recurrent state (hybrid models) yet");
+  const size_t keep = size_t((length + block_size_ - 1) / block_size_);
+  if (length % block_size_ != 0) {
+    const int32_t b = s.blocks[keep - 1];
+    if (refcount_[size_t(b)] > 1)
+      fail("[kv] cannot roll back into block {}: another sequence shares it", b);
+    if (const uint64_t h = block_hash_[size_t(b)]; h != 0) {
+      auto it = cache_.find(h);
+      if (it != cache_.end() && it->second == b) cache_.erase(it);
+      block_hash_[size_t(b)] = 0;
+      block_tokens_[size_t(b)].clear();
+    }
+  }
+  for (size_t i = keep; i < s.blocks.size(); ++i) unref(s.blocks[i]);
+  s.blocks.resize(keep);
+  s.tokens.resize(size_t(length));
+  s.length = length;
+  s.hashes.resize(std::min(s.hashes.size(), size_t(length / block_size_)));
+}
+
 }  // namespace basalt

@@ -2,9 +2,10 @@
 // sequence, and a prefix cache that finds full blocks already computed for the same tokens.
 //
 // Layout per layer (keys and values alike): [n_blocks, block_size, Hkv] rows of `row_bytes`
-// (D elements of `elem_bytes`, or a backend's own row format, e.g. FP8 codes and scales), in memory from a KvStorage (host by default; a backend's device memory for CUDA).
-// A block is in one of three states: used (refcount > 0), cached (refcount 0 but holding a
-// known token prefix, evictable, least recently released first) or free.
+// (D elements of `elem_bytes`, or a backend's own row format, e.g. FP8 codes and scales), in memory
+// from a KvStorage (host by default; a backend's device memory for CUDA). A block is in one of
+// three states: used (refcount > 0), cached (refcount 0 but holding a known token prefix,
+// evictable, least recently released first) or free.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -103,6 +104,13 @@ class KvPool {
   void commit(KvSequence& s, std::span<const int32_t> tokens);
   // Gives back every block of the sequence (cached blocks stay findable until evicted).
   void release(KvSequence& s);
+  // Rolls `s` back to its first `length` positions (speculative decoding drops the KV of
+  // rejected draft tokens). Blocks past the new end go back to the pool (published ones stay
+  // findable: their rows are the KV of the tokens they were published for); the block the new
+  // end falls in keeps its first rows and leaves the prefix cache (the rest will be rewritten).
+  // Throws basalt::Error when that block is shared with another sequence, and for pools with
+  // recurrent state (the state of a hybrid model cannot be rolled back yet).
+  void truncate(KvSequence& s, int64_t length);
   size_t bytes() const;
 
  private:

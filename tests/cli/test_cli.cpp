@@ -195,6 +195,23 @@ TEST(Cli, TuneWritesARecipeThatEntryPointsRun) {
   EXPECT_NE(both.code, 0);
 }
 
+// Speculative decoding changes the speed, not the text.
+TEST(Cli, GenerateWithNgramSpeculationPrintsThePlainText) {
+  const std::string gen = "generate -p 'Once upon a time' -n 120 --temp 0 --device cpu";
+  Result plain = run(gen);
+  Result spec = run(gen + " --spec ngram --spec-tokens 6");
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  ASSERT_EQ(spec.code, 0) << spec.err;
+  EXPECT_EQ(spec.out, plain.out);
+  EXPECT_NE(spec.err.find("speculative (ngram, up to 6 a pass)"), std::string::npos) << spec.err;
+  Result bad = run(gen + " --spec medusa");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.err.find("unknown drafter"), std::string::npos) << bad.err;
+  Result sampled = run("generate -p 'Once upon a time' -n 8 --temp 0.7 --spec ngram");
+  EXPECT_NE(sampled.code, 0);
+  EXPECT_NE(sampled.err.find("greedy"), std::string::npos) << sampled.err;
+}
+
 TEST(Cli, InfoDescribesModel) {
   Result r = run("info -m " + quote(test::source_dir() + "/tests/golden/qwen3_untied_f16"));
   ASSERT_EQ(r.code, 0) << r.err;

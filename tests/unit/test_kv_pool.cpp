@@ -3,6 +3,7 @@
 
 #include <numeric>
 
+#include "core/error.h"
 #include "kv/kv_pool.h"
 
 namespace basalt {
@@ -28,6 +29,46 @@ TEST(KvPool, ReserveCommitRelease) {
   pool.release(s);
   EXPECT_EQ(pool.blocks_used(), 0);
   EXPECT_EQ(pool.blocks_available(), 8);
+}
+
+// Speculative decoding's rollback: blocks past the new end go back to the pool, the block the
+// end falls in leaves the prefix cache, and nothing shared or stateful is rolled back.
+TEST(KvPool, TruncateRollsBackBlocksAndThePrefixCache) {
+  KvPool pool(1, 16, 4, 1, 2);
+  KvSequence s;
+  ASSERT_TRUE(pool.reserve(s, 11));
+  pool.commit(s, iota(11));  // blocks [0..3] [4..7] published, [8..10] partial
+  pool.truncate(s, 6);       // back into the second block
+  EXPECT_EQ(s.length, 6);
+  EXPECT_EQ(s.tokens, iota(6));
+  EXPECT_EQ(s.blocks.size(), 2u);
+  EXPECT_EQ(s.hashes.size(), 1u);
+  EXPECT_EQ(pool.blocks_used(), 2);
+  // The second block's rows 6, 7 will be rewritten: another prompt must not find it.
+  KvSequence t;
+  EXPECT_EQ(pool.attach_prefix(t, iota(8), 8), 4);
+  // Committing other tokens republishes it under their hash.
+  ASSERT_TRUE(pool.reserve(s, 2));
+  pool.commit(s, std::vector<int32_t>{60, 70});
+  EXPECT_EQ(s.hashes.size(), 2u);
+  KvSequence u;
+  std::vector<int32_t> other = iota(6);
+  other.push_back(60), other.push_back(70);
+  EXPECT_EQ(pool.attach_prefix(u, other, 8), 8);
+  // Now shared with u: rolling s back into that block would overwrite u's rows.
+  EXPECT_THROW(pool.truncate(s, 7), Error);
+  EXPECT_NO_THROW(pool.truncate(s, 4));  // whole blocks only: the shared one just loses a ref
+  EXPECT_EQ(s.blocks.size(), 1u);
+  EXPECT_THROW(pool.truncate(s, 5), Error);  // past the end
+  pool.release(s), pool.release(t), pool.release(u);
+  EXPECT_EQ(pool.blocks_used(), 0);
+
+  KvStateSpec st{2, 2, 1, 4, 4};
+  KvPool stateful(1, 16, 4, 1, 2, {}, st);
+  KvSequence h;
+  ASSERT_TRUE(stateful.reserve(h, 3));
+  stateful.commit(h, iota(3));
+  EXPECT_THROW(stateful.truncate(h, 1), Error);
 }
 
 TEST(KvPool, PrefixCacheReusesWholeBlocksOfTheSamePrefix) {

@@ -1,0 +1,136 @@
+// Speculative decoding is lossless by construction (EXACTNESS.md): greedy output with a drafter
+// is plain greedy's token for token, because each verification row gives the bits a decode
+// step would; rollback leaves the KV cache as if the rejected drafts had never been run.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "backends/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "engine/drafter.h"
+#include "engine/generator.h"
+#include "models/model.h"
+#include "test_util.h"
+
+namespace basalt {
+namespace {
+
+struct Output {
+  std::vector<int32_t> out;
+  GenerateStats st;
+};
+
+Output generate(Model& m, Backend& be, std::span<const int32_t> prompt, int64_t n, Drafter* d,
+                int64_t k, std::vector<int32_t> stop = {}) {
+  GenerateOptions o;
+  o.max_new_tokens = n;
+  o.sampling.temperature = 0.0f;
+  o.ignore_eos = true;
+  o.stop_ids = std::move(stop);
+  o.drafter = d;
+  o.spec_tokens = k;
+  Output r;
+  r.st = Generator(m, be).generate(prompt, o, [&](int32_t t) {
+    r.out.push_back(t);
+    return true;
+  });
+  return r;
+}
+
+// A prompt that repeats itself, so prompt lookup has something to propose.
+std::vector<int32_t> looping_prompt(int64_t V) {
+  std::vector<int32_t> p;
+  for (int rep = 0; rep < 3; ++rep)
+    for (int i = 0; i < 12; ++i) p.push_back(int32_t((i * 37 + 5) % V));
+  return p;
+}
+
+TEST(Speculative, NgramGreedyIsPlainGreedyOnEveryArchitecture) {
+  const std::string g = test::source_dir() + "/tests/golden";
+  auto be = cpu::make_cpu_backend(2);
+  int64_t drafted = 0, accepted = 0;
+  for (const std::string path : {std::string(""), g + "/llama_gqa_untied", g + "/qwen3_untied_f16",
+                                 g + "/qwen3_moe", g + "/gguf/qwen3_tied.q8_0.gguf"}) {
+    auto m = model_load(path);
+    const std::vector<int32_t> prompt = looping_prompt(m->config().vocab);
+    const Output plain = generate(*m, *be, prompt, 160, nullptr, 0);
+    ASSERT_EQ(plain.out.size(), 160u);
+    for (int64_t k : {1, 4, 8}) {
+      NgramDrafter d;
+      const Output spec = generate(*m, *be, prompt, 160, &d, k);
+      EXPECT_EQ(spec.out, plain.out) << (path.empty() ? "default model" : path) << " k=" << k;
+      EXPECT_EQ(spec.st.stop_reason, "length");
+      EXPECT_GT(spec.st.verify_passes, 0);
+      EXPECT_LE(spec.st.verify_passes, 160);
+      drafted += spec.st.drafted, accepted += spec.st.accepted;
+    }
+    // Stops land where plain decoding's do: the token budget inside an accepted run of drafts,
+    // and a stop id.
+    NgramDrafter d;
+    for (int64_t n : {1, 2, 7, 33}) {
+      const Output spec = generate(*m, *be, prompt, n, &d, 8);
+      EXPECT_EQ(spec.out, std::vector<int32_t>(plain.out.begin(), plain.out.begin() + n));
+    }
+    const int32_t stop = plain.out[57];
+    const Output ps = generate(*m, *be, prompt, 160, nullptr, 0, {stop});
+    const Output ss = generate(*m, *be, prompt, 160, &d, 8, {stop});
+    EXPECT_EQ(ss.out, ps.out);
+    EXPECT_EQ(ss.st.stop_reason, "stop");
+  }
+  // The test is only worth something if drafts were both accepted and rejected.
+  EXPECT_GT(accepted, 0);
+  EXPECT_LT(accepted, drafted);
+}
+
+TEST(Speculative, RollbackLeavesTheCacheAsIfNeverDrafted) {
+  auto m = model_load(test::source_dir() + "/tests/golden/llama_gqa_untied");
+  auto be = cpu::make_cpu_backend(2);
+  const int64_t V = m->config().vocab;
+  const std::vector<int32_t> prompt = looping_prompt(V);
+  const int32_t a = 3, b = 9;
+  std::vector<float> ref(static_cast<size_t>(V)), got(static_cast<size_t>(V)),
+      rows(static_cast<size_t>(6 * V));
+  {  // prompt, a, b
+    auto pool = m->new_kv_pool(*be, 64);
+    KvSequence s;
+    m->forward(*be, *pool, s, prompt, ref.data(), false);
+    m->forward(*be, *pool, s, std::vector<int32_t>{a}, ref.data(), false);
+    m->forward(*be, *pool, s, std::vector<int32_t>{b}, ref.data(), false);
+  }
+  // prompt, then a verification pass of a and five drafts (crossing a block boundary: blocks of
+  // 16, prompt 36), rolled back to a, then b.
+  auto pool = m->new_kv_pool(*be, 64);
+  KvSequence s;
+  m->forward(*be, *pool, s, prompt, got.data(), false);
+  m->forward(*be, *pool, s, std::vector<int32_t>{a, 11, 12, 13, 14, 15}, rows.data(), true);
+  pool->truncate(s, int64_t(prompt.size()) + 1);
+  m->forward(*be, *pool, s, std::vector<int32_t>{b}, got.data(), false);
+  EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), ref.size() * 4));
+}
+
+TEST(Speculative, RefusedWhereItCannotBeLosslessYet) {
+  auto be = cpu::make_cpu_backend(1);
+  auto hybrid = model_load(test::source_dir() + "/tests/golden/qwen3_5");
+  NgramDrafter d;
+  const std::vector<int32_t> prompt = looping_prompt(hybrid->config().vocab);
+  EXPECT_THROW(generate(*hybrid, *be, prompt, 8, &d, 4), Error);  // recurrent state
+  auto m = model_load("");
+  GenerateOptions o;
+  o.sampling.temperature = 0.8f;
+  o.drafter = &d;
+  EXPECT_THROW(Generator(*m, *be).generate(prompt, o, [](int32_t) { return true; }), Error);
+  EXPECT_THROW(make_drafter("eagle"), Error);
+}
+
+TEST(Speculative, NgramDrafterProposesWhatFollowedTheLatestMatch) {
+  NgramDrafter d(1, 3);
+  const std::vector<int32_t> h = {1, 2, 3, 4, 9, 2, 3, 5, 6, 2, 3};
+  // Suffix [2, 3] last occurred at 5 (then 5, 6, 2), before that at 1.
+  EXPECT_EQ(d.draft(h, 3), (std::vector<int32_t>{5, 6, 2}));
+  EXPECT_EQ(d.draft(h, 1), (std::vector<int32_t>{5}));
+  EXPECT_TRUE(d.draft(std::vector<int32_t>{1, 2, 3}, 4).empty());  // no repeat
+  EXPECT_TRUE(d.draft(h, 0).empty());
+}
+
+}  // namespace
+}  // namespace basalt
