@@ -142,8 +142,8 @@ Runner add_generate(CLI::App& app) {
                  "Prompt tokens per forward pass (0 = whole prompt); results are identical");
   sc->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past end-of-sequence tokens");
   sc->add_option("--spec", a->spec,
-                 "Speculative decoding with this drafter: ngram (prompt lookup); greedy only, "
-                 "output identical to plain decoding (docs/speculative.md)");
+                 "Speculative decoding with this drafter: ngram (prompt lookup); the output is "
+                 "plain decoding's, greedy or sampled with the same seed (docs/speculative.md)");
   sc->add_option("--spec-tokens", a->spec_tokens, "Draft tokens verified per pass")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();

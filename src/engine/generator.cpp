@@ -54,14 +54,12 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
                             sp.presence_penalty == 0.0f && sp.frequency_penalty == 0.0f;
   int32_t next = plain_greedy ? argmax(logits) : -1;
   if (opt.drafter && opt.max_new_tokens > 0) {
-    if (!plain_greedy)
-      fail(
-          "[generate] speculative decoding runs greedy decoding only for now (--temp 0, no "
-          "penalties)");
     if (pool->has_state())
       fail("[generate] speculative decoding cannot roll back the recurrent state of {} yet",
            c.hf_class);
-    speculate(*pool, seq, capacity, next, history, opt, st, on_token);
+    const int32_t first =
+        plain_greedy ? next : sample_token(logits, opt.sampling, history, int64_t(history.size()));
+    speculate(*pool, seq, capacity, first, plain_greedy, history, opt, st, on_token);
     st.decode_s = now_s() - t0;
     return st;
   }
@@ -95,10 +93,11 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
   return st;
 }
 
-void Generator::speculate(KvPool& pool, KvSequence& seq, int64_t capacity, int32_t tok,
+void Generator::speculate(KvPool& pool, KvSequence& seq, int64_t capacity, int32_t tok, bool greedy,
                           std::vector<int32_t>& history, const GenerateOptions& opt,
                           GenerateStats& st, const std::function<bool(int32_t)>& on_token) {
   const ModelConfig& c = model_.config();
+  const int64_t V = c.vocab;
   // The plain loop's checks for one emitted token; false: stop (st.stop_reason says why).
   auto emit = [&](int32_t t) {
     history.push_back(t);
@@ -132,18 +131,35 @@ void Generator::speculate(KvPool& pool, KvSequence& seq, int64_t capacity, int32
     in.assign(1, tok);
     in.insert(in.end(), d.begin(), d.end());
     ids.resize(in.size());
-    rows.resize(in.size() * size_t(c.vocab));
-    model_.forward(be_, pool, seq, in, rows.data(), true, ids.data());
+    rows.resize(in.size() * size_t(V));
+    model_.forward(be_, pool, seq, in, rows.data(), true, greedy ? ids.data() : nullptr);
     ++st.verify_passes;
     st.drafted += int64_t(d.size());
-    // Row i is the target's next token after in[0..i]: draft i stands if it equals it.
+    // Row i gives the token the plain loop would emit after in[0..i]: its argmax, or its sample
+    // with the plain loop's draw (keyed by position, penalties over the same history). Draft i
+    // stands if it is that token. For sampling this is the rejection rule for a drafter that
+    // proposes one token (q = 1 for it): the draft is accepted with probability p(draft), and
+    // when it is not, the token drawn is distributed as p without it, renormalised; here, as
+    // the same draw decides both, the text is plain sampling's for the same seed.
     size_t n = 0;
-    while (n < d.size() && d[n] == ids[n]) ++n;
-    st.accepted += int64_t(n);
-    pool.truncate(seq, seq.length - int64_t(d.size() - n));
-    for (size_t j = 0; j < n; ++j)
-      if (!emit(d[j])) return;
-    tok = ids[n];  // the target's token after the accepted drafts
+    for (;;) {
+      int32_t t;
+      if (greedy) {
+        t = ids[n];
+      } else {
+        t = sample_token(std::span<float>(rows.data() + n * size_t(V), size_t(V)), opt.sampling,
+                         history, int64_t(history.size()));
+      }
+      if (n < d.size() && d[n] == t) {
+        ++n;
+        ++st.accepted;
+        if (!emit(t)) return;
+        continue;
+      }
+      pool.truncate(seq, seq.length - int64_t(d.size() - n));
+      tok = t;  // the target's token after the accepted drafts
+      break;
+    }
   }
 }
 

@@ -22,9 +22,10 @@ struct GenerateOptions {
   int64_t max_context = 0;  // 0: the model's context length
   // Speculative decoding: after each token, `drafter` proposes up to spec_tokens more and one
   // pass of the target verifies them all (T = 1 + drafts); the longest prefix equal to the
-  // target's own argmax is kept, plus the target's next token, and the KV of the rest is
-  // dropped. The output is bitwise plain greedy's (verification rows are exact: same bits as
-  // decode steps). Greedy decoding only, models without recurrent state (for now).
+  // target's own tokens is kept, plus the target's next token, and the KV of the rest is
+  // dropped. The output is bitwise plain decoding's, greedy or sampled with the same seed
+  // (verification rows are exact: same bits as decode steps; docs/speculative.md). Models
+  // without recurrent state (for now).
   Drafter* drafter = nullptr;
   int64_t spec_tokens = 4;
 };
@@ -54,7 +55,7 @@ class Generator {
 
  private:
   // The decode loop of speculative decoding (GenerateOptions::drafter), from the first token.
-  void speculate(KvPool& pool, KvSequence& seq, int64_t capacity, int32_t first,
+  void speculate(KvPool& pool, KvSequence& seq, int64_t capacity, int32_t first, bool greedy,
                  std::vector<int32_t>& history, const GenerateOptions& opt, GenerateStats& st,
                  const std::function<bool(int32_t)>& on_token);
   // Runs tokens through the model in chunks; leaves the last row's logits in last_logits.
