@@ -54,9 +54,6 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
                             sp.presence_penalty == 0.0f && sp.frequency_penalty == 0.0f;
   int32_t next = plain_greedy ? argmax(logits) : -1;
   if (opt.drafter && opt.max_new_tokens > 0) {
-    if (pool->has_state())
-      fail("[generate] speculative decoding cannot roll back the recurrent state of {} yet",
-           c.hf_class);
     const int32_t first =
         plain_greedy ? next : sample_token(logits, opt.sampling, history, int64_t(history.size()));
     speculate(*pool, seq, capacity, first, plain_greedy, history, opt, st, on_token);
@@ -118,6 +115,20 @@ void Generator::speculate(KvPool& pool, KvSequence& seq, int64_t capacity, int32
   };
   std::vector<int32_t> in, ids;
   std::vector<float> rows;
+  // Hybrid models: the recurrent state cannot be rolled back row by row, so it is copied into a
+  // spare slot before each pass with drafts; after a rejection it is copied back and the kept
+  // tokens run again (one more pass; the state's bits do not depend on how rows are grouped
+  // into passes, EXACTNESS.md), which leaves state and KV as if the drafts never ran.
+  KvSequence spare;
+  if (pool.has_state() && !pool.reserve(spare, 0))
+    fail("[generate] speculative decoding needs a second recurrent-state slot");
+  struct Release {
+    KvPool& p;
+    KvSequence& s;
+    ~Release() {
+      if (s.slot >= 0) p.release(s);
+    }
+  } release_spare{pool, spare};
   while (emit(tok)) {
     if (seq.length + 1 > capacity) {
       st.stop_reason = "context";
@@ -132,6 +143,8 @@ void Generator::speculate(KvPool& pool, KvSequence& seq, int64_t capacity, int32
     in.insert(in.end(), d.begin(), d.end());
     ids.resize(in.size());
     rows.resize(in.size() * size_t(V));
+    const int64_t start = seq.length;
+    if (spare.slot >= 0 && !d.empty()) model_.copy_state(be_, pool, spare.slot, seq.slot);
     model_.forward(be_, pool, seq, in, rows.data(), true, greedy ? ids.data() : nullptr);
     ++st.verify_passes;
     st.drafted += int64_t(d.size());
@@ -156,7 +169,14 @@ void Generator::speculate(KvPool& pool, KvSequence& seq, int64_t capacity, int32
         if (!emit(t)) return;
         continue;
       }
-      pool.truncate(seq, seq.length - int64_t(d.size() - n));
+      if (n < d.size() && spare.slot >= 0) {  // back to the copy, then the kept tokens again
+        pool.truncate(seq, start);
+        model_.copy_state(be_, pool, seq.slot, spare.slot);
+        ids.resize(n + 1);
+        model_.forward(be_, pool, seq, std::span(in).first(n + 1), rows.data(), false, ids.data());
+      } else {
+        pool.truncate(seq, seq.length - int64_t(d.size() - n));
+      }
       tok = t;  // the target's token after the accepted drafts
       break;
     }

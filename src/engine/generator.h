@@ -24,8 +24,8 @@ struct GenerateOptions {
   // pass of the target verifies them all (T = 1 + drafts); the longest prefix equal to the
   // target's own tokens is kept, plus the target's next token, and the KV of the rest is
   // dropped. The output is bitwise plain decoding's, greedy or sampled with the same seed
-  // (verification rows are exact: same bits as decode steps; docs/speculative.md). Models
-  // without recurrent state (for now).
+  // (verification rows are exact: same bits as decode steps; docs/speculative.md), hybrid
+  // models included (their recurrent state is restored and the kept tokens run again).
   Drafter* drafter = nullptr;
   int64_t spec_tokens = 4;
 };

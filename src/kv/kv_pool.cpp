@@ -261,8 +261,6 @@ void KvPool::truncate(KvSequence& s, int64_t length) {
   if (length < 0 || length > s.length)
     fail("[kv] truncate to {} positions: the sequence holds {}", length, s.length);
   if (length == s.length) return;
-  if (has_state())
-    fail("[kv] cannot roll back a sequence with recurrent state (hybrid models) yet");
   const size_t keep = size_t((length + block_size_ - 1) / block_size_);
   if (length % block_size_ != 0) {
     const int32_t b = s.blocks[keep - 1];
@@ -273,8 +271,12 @@ void KvPool::truncate(KvSequence& s, int64_t length) {
       if (it != cache_.end() && it->second == b) cache_.erase(it);
       block_hash_[size_t(b)] = 0;
       block_tokens_[size_t(b)].clear();
+      if (has_state() && block_snap_[size_t(b)] >= 0) drop_snapshot(b);
     }
   }
+  // A rolling snapshot past the new end is of tokens that are gone: it is refreshed at the next
+  // boundary, and until then never published.
+  if (s.snap >= 0 && s.snap_length > length) s.snap_length = 0;
   for (size_t i = keep; i < s.blocks.size(); ++i) unref(s.blocks[i]);
   s.blocks.resize(keep);
   s.tokens.resize(size_t(length));

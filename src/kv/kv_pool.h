@@ -108,8 +108,9 @@ class KvPool {
   // rejected draft tokens). Blocks past the new end go back to the pool (published ones stay
   // findable: their rows are the KV of the tokens they were published for); the block the new
   // end falls in keeps its first rows and leaves the prefix cache (the rest will be rewritten).
-  // Throws basalt::Error when that block is shared with another sequence, and for pools with
-  // recurrent state (the state of a hybrid model cannot be rolled back yet).
+  // Throws basalt::Error when that block is shared with another sequence. The recurrent state
+  // (hybrid models) has no history per position: the caller restores it (e.g. from a copy made
+  // before the pass, then runs the kept tokens again: Generator::speculate).
   void truncate(KvSequence& s, int64_t length);
   size_t bytes() const;
 

@@ -59,7 +59,7 @@ struct ModelConfig {
   std::vector<bool> linear_layers, moe_layers;
   GdnConfig gdn;
   MoeConfig moe;
-  bool attn_output_gate = false;  // q_proj also yields a per-head sigmoid gate (Qwen3.5/Next)
+  bool attn_output_gate = false;    // q_proj also yields a per-head sigmoid gate (Qwen3.5/Next)
   bool zero_centred_norms = false;  // RMSNorms scale by (1 + w) (Qwen3.5/Next)
   std::string tensor_prefix = "model.";  // "model.language_model." in multimodal checkpoints
 
@@ -130,6 +130,9 @@ class Model {
   // `snapshots` state snapshots for the prefix cache (-1: twice max_seqs; kv/kv_pool.h).
   std::unique_ptr<KvPool> new_kv_pool(Backend& be, int64_t tokens, int64_t block_size = 16,
                                       int64_t max_seqs = 4, int64_t snapshots = -1) const;
+  // Copies recurrent-state slot `src` to `dst` in every state layer (hybrid models; queued on
+  // the backend like an op).
+  void copy_state(Backend& be, KvPool& pool, int32_t dst, int32_t src);
   // Makes the weights resident in the backend's memory (forward does it on first use).
   void bind(Backend& be);
   // Bytes of the scratch arena of the largest pass run so far (forward grows it on demand).
@@ -181,8 +184,6 @@ class Model {
   void attention_block(Backend& be, KvPool& pool, const BoundLayer& L, int64_t T, float scale);
   void gdn_block(Backend& be, KvPool& pool, const BoundLayer& L, int64_t T);
   void moe_block(Backend& be, const BoundLayer& L, int64_t T);
-  // Copies recurrent-state slot `src` to `dst` in every state layer.
-  void copy_state(Backend& be, KvPool& pool, int32_t dst, int32_t src);
   ModelConfig cfg_;
   ModelWeights w_;
   io::Checkpoint ckpt_;

@@ -63,12 +63,25 @@ TEST(KvPool, TruncateRollsBackBlocksAndThePrefixCache) {
   pool.release(s), pool.release(t), pool.release(u);
   EXPECT_EQ(pool.blocks_used(), 0);
 
+  // With recurrent state: a rolled-back published block loses its snapshot (it described
+  // tokens that are gone), and a rolling snapshot past the new end is never published.
   KvStateSpec st{2, 2, 1, 4, 4};
   KvPool stateful(1, 16, 4, 1, 2, {}, st);
   KvSequence h;
-  ASSERT_TRUE(stateful.reserve(h, 3));
-  stateful.commit(h, iota(3));
-  EXPECT_THROW(stateful.truncate(h, 1), Error);
+  ASSERT_TRUE(stateful.reserve(h, 8));
+  stateful.commit(h, iota(8));
+  ASSERT_GE(stateful.snapshot_target(h, true), 0);  // published on the block ending at 8
+  EXPECT_EQ(stateful.snapshots_cached(), 1);
+  stateful.truncate(h, 6);
+  EXPECT_EQ(stateful.snapshots_cached(), 0);
+  ASSERT_TRUE(stateful.reserve(h, 2));
+  stateful.commit(h, std::vector<int32_t>{60, 70});
+  ASSERT_GE(stateful.snapshot_target(h, false), 0);  // the rolling one, at 8
+  stateful.truncate(h, 7);
+  EXPECT_EQ(h.snap_length, 0);
+  stateful.release(h);
+  KvSequence again;
+  EXPECT_EQ(stateful.attach_prefix(again, iota(8), 8), 0);  // no snapshot: nothing reusable
 }
 
 TEST(KvPool, PrefixCacheReusesWholeBlocksOfTheSamePrefix) {
