@@ -80,7 +80,7 @@ int run_generate(const GenerateArgs& a) {
   if (tok->eos_id() >= 0) opt.stop_ids.push_back(tok->eos_id());
   std::unique_ptr<Drafter> drafter;
   if (!a.spec.empty()) {
-    drafter = make_drafter(a.spec);
+    drafter = make_drafter(a.spec, *be, *model, int64_t(prompt.size()) + a.n + a.spec_tokens + 1);
     opt.drafter = drafter.get();
     opt.spec_tokens = a.spec_tokens;
   }
@@ -142,7 +142,9 @@ Runner add_generate(CLI::App& app) {
                  "Prompt tokens per forward pass (0 = whole prompt); results are identical");
   sc->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past end-of-sequence tokens");
   sc->add_option("--spec", a->spec,
-                 "Speculative decoding with this drafter: ngram (prompt lookup); the output is "
+                 "Speculative decoding with this drafter: ngram (prompt lookup) or draft:PATH (a "
+                 "smaller model with the same tokenizer; draft: alone, the embedded one); the "
+                 "output is "
                  "plain decoding's, greedy or sampled with the same seed (docs/speculative.md)");
   sc->add_option("--spec-tokens", a->spec_tokens, "Draft tokens verified per pass")
       ->check(CLI::Range(1, 64))

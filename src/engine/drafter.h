@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "models/model.h"
+
 namespace basalt {
 
 class Drafter {
@@ -31,8 +33,30 @@ class NgramDrafter final : public Drafter {
   int64_t min_n_, max_n_;
 };
 
-// "ngram" → an NgramDrafter. Throws basalt::Error naming the drafters there are for anything
+// A separate model sharing the target's tokenizer (same vocabulary): it decodes k tokens
+// greedily after the history on `be`. Its KV cache follows the history (only tokens it has not
+// run yet are run; the KV of its own proposals is dropped after each call). Models with
+// recurrent state are refused as drafters (for now).
+class ModelDrafter final : public Drafter {
+ public:
+  ModelDrafter(std::unique_ptr<Model> model, Backend& be, int64_t max_context);
+  ~ModelDrafter() override;
+  std::string name() const override { return "draft"; }
+  std::vector<int32_t> draft(std::span<const int32_t> history, int64_t k) override;
+
+ private:
+  std::unique_ptr<Model> m_;
+  Backend& be_;
+  std::unique_ptr<KvPool> pool_;
+  KvSequence seq_;
+  std::vector<float> logits_;
+};
+
+// "ngram" → an NgramDrafter; "draft:PATH" → a ModelDrafter of the model at PATH ("draft:" alone:
+// the embedded default model) on `be`, for contexts up to `max_context`, checked against
+// `target` (same vocabulary). Throws basalt::Error naming the drafters there are for anything
 // else.
-std::unique_ptr<Drafter> make_drafter(const std::string& spec);
+std::unique_ptr<Drafter> make_drafter(const std::string& spec, Backend& be, const Model& target,
+                                      int64_t max_context);
 
 }  // namespace basalt
