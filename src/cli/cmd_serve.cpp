@@ -25,6 +25,8 @@ struct ServeArgs {
   server::ServerOptions opt;
   int64_t max_context = 0;
   int parallel = 8;
+  std::string spec;
+  int64_t spec_tokens = 4;
   int threads = 0;
 };
 
@@ -71,6 +73,8 @@ int run_serve(ServeArgs a) {
   EngineConfig cfg;
   cfg.max_context = a.max_context;
   cfg.max_batch = a.parallel;
+  cfg.spec = a.spec;
+  cfg.spec_tokens = a.spec_tokens;
   Engine engine(*model, *be, cfg);
 
   server::ServerContext ctx(engine, *tok, a.opt);
@@ -123,6 +127,12 @@ Runner add_serve(CLI::App& app) {
       ->check(CLI::Range(int64_t(0), int64_t(1) << 30));
   sc->add_option("--parallel", a->parallel, "Sequences run together (default 8)")
       ->check(CLI::Range(1, 1024));
+  sc->add_option("--spec", a->spec,
+                 "Speculative decoding: ngram (prompt lookup; outputs unchanged, "
+                 "docs/speculative.md)");
+  sc->add_option("--spec-tokens", a->spec_tokens, "Draft tokens verified per step")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   sc->add_option("--served-model-name", a->opt.served_name,
                  "Model name in the API (default: the model's base name or basalt-default)");
   sc->add_option("-t,--threads", a->threads, "CPU threads (default: all)");

@@ -47,6 +47,13 @@ Engine::Engine(Model& model, Backend& backend, EngineConfig cfg)
          max_context_);
   pool_ = model_.new_kv_pool(be_, kv_tokens, cfg_.block_size, cfg_.max_batch);
   stats_.kv_blocks_total = pool_->n_blocks();
+  if (cfg_.spec == "ngram" && pool_->has_state())
+    spdlog::warn("engine: speculative decoding is off for {} (recurrent state)",
+                 model_.config().hf_class);
+  else if (cfg_.spec == "ngram")
+    drafter_ = std::make_unique<NgramDrafter>();
+  else if (!cfg_.spec.empty())
+    fail("[engine] unknown drafter '{}' for serving (this basalt serves with: ngram)", cfg_.spec);
   spdlog::info("engine: {} sequences, context {}, KV pool {} blocks × {} ({:.1f} MiB)",
                cfg_.max_batch, max_context_, pool_->n_blocks(), pool_->block_size(),
                double(pool_->bytes()) / (1 << 20));
@@ -183,13 +190,37 @@ bool Engine::step() {
       const int64_t last = (s.kv.length + n) / bs * bs;
       if (last > s.kv.length && last < s.kv.length + n) n = last - s.kv.length;
     }
-    if (!pool_->reserve(s.kv, n)) {
+    // A decoding sequence may verify drafts in the same pass: no more than its budget, the
+    // tokens it may still emit and its context allow.
+    s.spec_in.clear();
+    if (drafter_ && unfed == 1 && s.req.forced_output.empty()) {
+      const int64_t k =
+          std::min({cfg_.spec_tokens, budget - 1, s.req.max_new_tokens - s.generated - 1,
+                    max_context_ - int64_t(s.history.size()) - 1});
+      if (k > 0) {
+        std::vector<int32_t> d = drafter_->draft(s.history, k);
+        if (int64_t(d.size()) > k) d.resize(size_t(k));
+        if (!d.empty()) {
+          s.spec_in.push_back(s.history.back());
+          s.spec_in.insert(s.spec_in.end(), d.begin(), d.end());
+          n = int64_t(s.spec_in.size());
+        }
+      }
+    }
+    if (!s.spec_in.empty() && !pool_->reserve(s.kv, n)) {  // no room for drafts: plain decode
+      s.spec_in.clear();
+      n = 1;
+    }
+    if (s.spec_in.empty() && !pool_->reserve(s.kv, n)) {
       if (running_.size() == 1)
         fail("[engine] the KV pool ({} blocks) cannot hold request {}", pool_->n_blocks(), s.id);
       preempt_youngest();  // may be s itself: then the loop ends at the new size
       continue;
     }
-    batch.push_back({&s.kv, std::span(s.history).subspan(size_t(s.kv.length), size_t(n)), false});
+    if (!s.spec_in.empty())
+      batch.push_back({&s.kv, std::span(s.spec_in), true});
+    else
+      batch.push_back({&s.kv, std::span(s.history).subspan(size_t(s.kv.length), size_t(n)), false});
     in_batch.push_back(&s);
     budget -= n;
     ++i;
@@ -197,7 +228,14 @@ bool Engine::step() {
   if (batch.empty()) return true;
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t V = model_.config().vocab;
-  logits_.resize(batch.size() * size_t(V));
+  // Logits rows: one per item, or all of a verifying item's.
+  std::vector<size_t> row0(batch.size());
+  size_t rows = 0;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    row0[b] = rows;
+    rows += batch[b].all_logits ? batch[b].tokens.size() : 1;
+  }
+  logits_.resize(rows * size_t(V));
   // When every sequence that picks a token now decodes greedily (no penalties, no log-probs),
   // the argmax is taken where the logits are and only the ids come back.
   auto plain_greedy = [](const EngineRequest& r) {
@@ -209,38 +247,37 @@ bool Engine::step() {
   bool ids_only = true;
   for (size_t b = 0; b < in_batch.size(); ++b) {
     const Seq& s = *in_batch[b];
-    const bool picks = s.kv.length + int64_t(batch[b].tokens.size()) >= int64_t(s.history.size());
+    const bool picks = !s.spec_in.empty() ||
+                       s.kv.length + int64_t(batch[b].tokens.size()) >= int64_t(s.history.size());
     if (picks && !plain_greedy(s.req)) ids_only = false;
   }
-  argmax_.resize(batch.size());
+  argmax_.resize(rows);
   model_.forward(be_, *pool_, batch, logits_.data(), ids_only ? argmax_.data() : nullptr);
   const auto t1 = std::chrono::steady_clock::now();
 
-  // Sequences whose tokens are all fed now pick their next token.
+  // Sequences whose tokens are all fed now pick their next token. A verifying sequence picks
+  // one from each row in turn, exactly as it would after each of those tokens; a draft stands
+  // while it is the token picked (docs/speculative.md), and the KV of the rest is dropped.
   const ModelConfig& c = model_.config();
   std::vector<Seq*> done;
-  for (size_t b = 0; b < in_batch.size(); ++b) {
-    Seq& s = *in_batch[b];
-    if (s.kv.length < int64_t(s.history.size())) continue;  // mid-prefill
-    const std::span<const float> raw(logits_.data() + b * size_t(V), size_t(V));
+  // Picks and emits the token of logits row `row`; false when the sequence finished.
+  auto pick = [&](Seq& s, size_t row, int32_t& tok) {
+    const std::span<const float> raw(logits_.data() + row * size_t(V), size_t(V));
     const EngineRequest& r = s.req;
     if (s.generated >= r.max_new_tokens) {
       finish(s, "length");
-      done.push_back(&s);
-      continue;
+      return false;
     }
-    int32_t tok;
     if (!r.forced_output.empty()) {
       if (size_t(s.generated) >= r.forced_output.size()) {
         finish(s, "stop");
-        done.push_back(&s);
-        continue;
+        return false;
       }
       tok = r.forced_output[size_t(s.generated)];
     } else {
       const SamplingParams& sp = r.sampling;
       if (ids_only) {
-        tok = argmax_[b];  // computed with the logits (plain greedy: the same choice)
+        tok = argmax_[row];  // computed with the logits (plain greedy: the same choice)
       } else if (sp.greedy() && sp.repetition_penalty == 1.0f && sp.presence_penalty == 0.0f &&
                  sp.frequency_penalty == 0.0f) {
         tok = argmax(raw);  // the same choice as sample_token, without copying V logits
@@ -253,8 +290,7 @@ bool Engine::step() {
         !r.ignore_eos && std::find(c.eos_ids.begin(), c.eos_ids.end(), tok) != c.eos_ids.end();
     if (eos || std::find(r.stop_ids.begin(), r.stop_ids.end(), tok) != r.stop_ids.end()) {
       finish(s, "stop");
-      done.push_back(&s);
-      continue;
+      return false;
     }
     TokenEvent ev;
     ev.token = tok;
@@ -268,8 +304,44 @@ bool Engine::step() {
     s.cb(ev);
     if (s.generated >= r.max_new_tokens || int64_t(s.history.size()) >= max_context_) {
       finish(s, "length");
-      done.push_back(&s);
+      return false;
     }
+    return true;
+  };
+  for (size_t b = 0; b < in_batch.size(); ++b) {
+    Seq& s = *in_batch[b];
+    if (s.spec_in.empty()) {
+      if (s.kv.length < int64_t(s.history.size())) continue;  // mid-prefill
+      int32_t tok;
+      if (!pick(s, row0[b], tok)) done.push_back(&s);
+      continue;
+    }
+    const size_t nd = s.spec_in.size() - 1;
+    size_t n = 0;
+    bool alive = true;
+    for (;;) {
+      int32_t tok;
+      if (!pick(s, row0[b] + n, tok)) {
+        alive = false;
+        break;
+      }
+      if (n < nd && tok == s.spec_in[n + 1]) {
+        ++n;  // the draft stands: its KV is already written
+        continue;
+      }
+      break;
+    }
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      ++stats_.spec_verifications;
+      stats_.spec_drafted += int64_t(nd);
+      stats_.spec_accepted += int64_t(n);
+    }
+    if (!alive) {
+      done.push_back(&s);
+      continue;
+    }
+    pool_->truncate(s.kv, s.kv.length - int64_t(nd - n));
   }
   std::erase_if(running_, [&](const std::unique_ptr<Seq>& p) {
     return std::find(done.begin(), done.end(), p.get()) != done.end();

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/drafter.h"
 #include "engine/sampler.h"
 #include "models/model.h"
 
@@ -55,6 +56,11 @@ struct EngineConfig {
   int64_t step_tokens = 256;  // most tokens in one forward pass (prefill chunks + decodes)
   int64_t kv_tokens = 0;      // KV pool size in positions; 0: max_context × max_batch
   int64_t block_size = 16;    // positions per KV block
+  // Speculative decoding (docs/speculative.md): "ngram" drafts up to spec_tokens tokens after
+  // each decoding sequence's last token and the same pass verifies them; a request's output is
+  // what it would be without. Models with recurrent state run without it (for now).
+  std::string spec;
+  int64_t spec_tokens = 4;
 };
 
 struct EngineStats {
@@ -66,6 +72,8 @@ struct EngineStats {
   // Where the engine thread's time goes: steps, their wall time, the forward passes in them.
   int64_t steps = 0;
   double step_seconds = 0, forward_seconds = 0;
+  // Speculative decoding: sequences verified with drafts, tokens drafted and accepted.
+  int64_t spec_verifications = 0, spec_drafted = 0, spec_accepted = 0;
 };
 
 class Engine {
@@ -91,6 +99,7 @@ class Engine {
     std::vector<int32_t> history;  // prompt + generated tokens
     int64_t generated = 0, cached = 0;
     bool prompt_counted = false;
+    std::vector<int32_t> spec_in;  // this step's verified tokens: the last one and the drafts
   };
   void loop();
   bool step();  // one forward pass over the running sequences; false when idle
@@ -113,6 +122,7 @@ class Engine {
   EngineStats stats_;
   std::vector<float> logits_;
   std::vector<int32_t> argmax_;
+  std::unique_ptr<Drafter> drafter_;  // cfg_.spec
   std::thread thread_;
 };
 

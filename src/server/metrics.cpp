@@ -98,6 +98,13 @@ std::string Metrics::render(const EngineStats& es) const {
   one("basalt_kv_blocks_total", "gauge", "KV cache blocks in the pool.", es.kv_blocks_total);
   one("basalt_prefix_cache_hit_tokens_total", "counter",
       "Prompt tokens served from the prefix cache.", es.prefix_cache_hit_tokens);
+  one("basalt_spec_verifications_total", "counter",
+      "Decode steps that verified speculative drafts (--spec).", es.spec_verifications);
+  one("basalt_spec_draft_tokens_total", "counter", "Draft tokens proposed (--spec).",
+      es.spec_drafted);
+  one("basalt_spec_accepted_tokens_total", "counter",
+      "Draft tokens accepted: the mean accepted length is accepted / verifications.",
+      es.spec_accepted);
   s += ttft_.render("basalt_time_to_first_token_seconds",
                     "Time from request arrival to the first generated token.");
   s += itl_.render("basalt_inter_token_latency_seconds", "Time between consecutive tokens.");

@@ -84,8 +84,13 @@ TEST_P(EngineModels, ConcurrentRequestsGetExactlyTheirSoloTokens) {
       return true;
     });
   }
-  for (int64_t kv_tokens : {int64_t(0), int64_t(160)}) {
+  for (int64_t kv_tokens : {int64_t(0), int64_t(160), int64_t(-1)}) {
     EngineConfig cfg;
+    if (kv_tokens < 0) {  // speculative decoding (n-gram drafts) changes nothing either
+      kv_tokens = 0;
+      cfg.spec = "ngram";
+      cfg.spec_tokens = 5;
+    }
     cfg.max_batch = 6;
     cfg.step_tokens = 17;
     cfg.max_context = 128;
@@ -102,6 +107,11 @@ TEST_P(EngineModels, ConcurrentRequestsGetExactlyTheirSoloTokens) {
     }
     EXPECT_EQ(engine.stats().kv_blocks_used, 0);
     if (kv_tokens > 0) EXPECT_GT(engine.stats().preemptions, 0);
+    if (!cfg.spec.empty() && !std::string(GetParam()).starts_with("qwen3_5") &&
+        std::string(GetParam()) != "qwen3_next") {  // (off for recurrent state)
+      EXPECT_GT(engine.stats().spec_accepted, 0);
+      EXPECT_LT(engine.stats().spec_accepted, engine.stats().spec_drafted);
+    }
   }
 }
 
