@@ -32,6 +32,8 @@ struct BenchArgs {
   int threads = 0;
   int64_t prefill_chunk = 0;
   bool json = false;
+  std::string spec;  // --spec: decode speculatively with this drafter
+  int64_t spec_tokens = 4;
 };
 
 double now_s() {
@@ -95,12 +97,31 @@ int run_bench(const BenchArgs& a) {
     double pre_s, dec_s;
   };
   std::vector<Row> rows;
+  GenerateStats spec;  // --spec: the last run's counts
   for (int64_t P : a.prompts) {
     if (P <= 0 || P + a.n > c.max_context)
       fail("[bench] prompt {} + {} decode tokens exceed the context {}", P, a.n, c.max_context);
     std::vector<int32_t> ids(static_cast<size_t>(P));
     for (int64_t i = 0; i < P; ++i) ids[size_t(i)] = int32_t((i * 7919 + 17) % c.vocab);
     std::vector<double> pre, dec;
+    if (!a.spec.empty()) {  // decode through the Generator's speculative loop
+      auto drafter = make_drafter(a.spec, *be, *model, P + a.n + a.spec_tokens + 1);
+      GenerateOptions o;
+      o.max_new_tokens = a.n;
+      o.ignore_eos = true;
+      o.prefill_chunk = a.prefill_chunk;
+      o.drafter = drafter.get();
+      o.spec_tokens = a.spec_tokens;
+      for (int r = 0; r < a.repeats; ++r) {
+        const GenerateStats st =
+            Generator(*model, *be).generate(ids, o, [](int32_t) { return true; });
+        pre.push_back(st.prefill_s);
+        dec.push_back(st.decode_s);
+        spec = st;
+      }
+      rows.push_back({P, median(pre), median(dec)});
+      continue;
+    }
     for (int r = 0; r < a.repeats; ++r) {
       auto pool = model->new_kv_pool(*be, P + a.n);
       KvSequence seq;
@@ -183,6 +204,16 @@ int run_bench(const BenchArgs& a) {
                           {"scratch_lower_bound_bytes", plan.lower_bound},
                           {"scratch_naive_bytes", plan.naive_sum},
                           {"repeats", a.repeats}};
+      if (!a.spec.empty()) {
+        j["spec"] = a.spec;
+        j["spec_verifications"] = spec.verify_passes;
+        j["spec_drafted"] = spec.drafted;
+        j["spec_accepted"] = spec.accepted;
+        j["spec_tokens_per_pass"] =
+            spec.verify_passes ? double(spec.generated) / double(spec.verify_passes) : 0.0;
+        j["spec_draft_s"] = spec.draft_s;
+        j["spec_verify_s"] = spec.decode_s - spec.draft_s;
+      }
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("%8lld %8lld %14.1f %10.1f %6.0f%% %14.2f %10.2f %6.0f%%\n", (long long)P,
@@ -195,6 +226,14 @@ int run_bench(const BenchArgs& a) {
                    double(plan.lower_bound) / (1 << 20), double(plan.naive_sum) / (1 << 20));
     }
   }
+  if (!a.spec.empty())
+    std::fprintf(stderr,
+                 "speculative (%s, up to %lld a pass; last run): %lld passes, %lld of %lld "
+                 "drafts accepted, %.2f tokens a pass; drafting %.1f ms, verifying %.1f ms\n",
+                 a.spec.c_str(), (long long)a.spec_tokens, (long long)spec.verify_passes,
+                 (long long)spec.accepted, (long long)spec.drafted,
+                 spec.verify_passes ? double(spec.generated) / double(spec.verify_passes) : 0.0,
+                 spec.draft_s * 1e3, (spec.decode_s - spec.draft_s) * 1e3);
   std::fprintf(stderr, "medians of %d runs; peak %s memory %.1f MiB\n", a.repeats,
                be->host_memory() ? "resident" : "device", double(peak) / (1 << 20));
   return 0;
@@ -213,6 +252,12 @@ Runner add_bench(CLI::App& app) {
       ->check(CLI::Range(1, 1000));
   sc->add_option("-t,--threads", a->threads, "CPU threads (default: all)");
   add_device_option(sc, a->dev);
+  sc->add_option("--spec", a->spec,
+                 "Decode speculatively (ngram | draft:PATH) and report acceptance and the "
+                 "drafting / verifying time");
+  sc->add_option("--spec-tokens", a->spec_tokens, "Draft tokens verified per pass")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   sc->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per pass (0 = all)");
   sc->add_flag("--json", a->json, "One JSON object per configuration");
   return [a] { return run_bench(*a); };

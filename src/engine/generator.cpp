@@ -137,7 +137,9 @@ void Generator::speculate(KvPool& pool, KvSequence& seq, int64_t capacity, int32
     // Drafts: no more than the tokens still to emit or the context still holds.
     const int64_t k =
         std::min({opt.spec_tokens, opt.max_new_tokens - st.generated, capacity - seq.length - 1});
+    const double td = now_s();
     std::vector<int32_t> d = opt.drafter->draft(history, k);
+    st.draft_s += now_s() - td;
     if (int64_t(d.size()) > k) d.resize(size_t(k));
     in.assign(1, tok);
     in.insert(in.end(), d.begin(), d.end());

@@ -34,8 +34,10 @@ struct GenerateStats {
   int64_t prompt_tokens = 0, generated = 0;
   double prefill_s = 0, decode_s = 0;
   std::string stop_reason;  // "eos", "stop", "length", "context", "callback"
-  // Speculative decoding: verification passes, tokens drafted and accepted.
+  // Speculative decoding: verification passes, tokens drafted and accepted, and the part of
+  // decode_s spent in the drafter (the rest: verification passes and token picking).
   int64_t verify_passes = 0, drafted = 0, accepted = 0;
+  double draft_s = 0;
 };
 
 class Generator {
