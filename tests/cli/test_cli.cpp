@@ -204,6 +204,13 @@ TEST(Cli, GenerateWithNgramSpeculationPrintsThePlainText) {
   ASSERT_EQ(spec.code, 0) << spec.err;
   EXPECT_EQ(spec.out, plain.out);
   EXPECT_NE(spec.err.find("speculative (ngram, up to 6 a pass)"), std::string::npos) << spec.err;
+  Result b = run("bench --device cpu -p 32 -n 48 -r 1 --json --spec ngram");
+  ASSERT_EQ(b.code, 0) << b.err;
+  const auto j = nlohmann::json::parse(b.out.substr(b.out.find('{')));
+  EXPECT_EQ(j["spec"], "ngram");
+  EXPECT_GT(j["spec_verifications"].get<int64_t>(), 0);
+  EXPECT_LE(j["spec_accepted"].get<int64_t>(), j["spec_drafted"].get<int64_t>());
+  EXPECT_GT(j["decode_tok_s"].get<double>(), 0.0);
   Result bad = run(gen + " --spec medusa");
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.err.find("unknown drafter"), std::string::npos) << bad.err;
