@@ -252,12 +252,9 @@ Runner add_bench(CLI::App& app) {
       ->check(CLI::Range(1, 1000));
   sc->add_option("-t,--threads", a->threads, "CPU threads (default: all)");
   add_device_option(sc, a->dev);
-  sc->add_option("--spec", a->spec,
-                 "Decode speculatively (ngram | draft:PATH) and report acceptance and the "
-                 "drafting / verifying time");
-  sc->add_option("--spec-tokens", a->spec_tokens, "Draft tokens verified per pass")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
+  add_spec_options(sc, a->spec, a->spec_tokens,
+                   "Decode speculatively (ngram | draft:PATH) and report acceptance and the "
+                   "drafting / verifying time");
   sc->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per pass (0 = all)");
   sc->add_flag("--json", a->json, "One JSON object per configuration");
   return [a] { return run_bench(*a); };

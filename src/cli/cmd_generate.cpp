@@ -141,14 +141,10 @@ Runner add_generate(CLI::App& app) {
   sc->add_option("--prefill-chunk", a->prefill_chunk,
                  "Prompt tokens per forward pass (0 = whole prompt); results are identical");
   sc->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past end-of-sequence tokens");
-  sc->add_option("--spec", a->spec,
-                 "Speculative decoding with this drafter: ngram (prompt lookup) or draft:PATH (a "
-                 "smaller model with the same tokenizer; draft: alone, the embedded one); the "
-                 "output is "
-                 "plain decoding's, greedy or sampled with the same seed (docs/speculative.md)");
-  sc->add_option("--spec-tokens", a->spec_tokens, "Draft tokens verified per pass")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
+  add_spec_options(sc, a->spec, a->spec_tokens,
+                   "Speculative decoding with this drafter: ngram (prompt lookup) or draft:PATH (a "
+                   "smaller model with the same tokenizer; draft: alone, the embedded one); the "
+                   "output is plain decoding's, greedy or sampled with the same seed");
   return [a] { return run_generate(*a); };
 }
 

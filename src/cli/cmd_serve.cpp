@@ -127,12 +127,8 @@ Runner add_serve(CLI::App& app) {
       ->check(CLI::Range(int64_t(0), int64_t(1) << 30));
   sc->add_option("--parallel", a->parallel, "Sequences run together (default 8)")
       ->check(CLI::Range(1, 1024));
-  sc->add_option("--spec", a->spec,
-                 "Speculative decoding: ngram (prompt lookup; outputs unchanged, "
-                 "docs/speculative.md)");
-  sc->add_option("--spec-tokens", a->spec_tokens, "Draft tokens verified per step")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
+  add_spec_options(sc, a->spec, a->spec_tokens,
+                   "Speculative decoding: ngram (prompt lookup; outputs unchanged)");
   sc->add_option("--served-model-name", a->opt.served_name,
                  "Model name in the API (default: the model's base name or basalt-default)");
   sc->add_option("-t,--threads", a->threads, "CPU threads (default: all)");

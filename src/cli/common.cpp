@@ -114,6 +114,14 @@ void add_device_option(CLI::App* sc, DeviceFlags& f) {
       ->excludes(sc->get_option("--no-autotune"));
 }
 
+void add_spec_options(CLI::App* sc, std::string& spec, int64_t& spec_tokens,
+                      const std::string& what) {
+  sc->add_option("--spec", spec, what + " (docs/speculative.md)");
+  sc->add_option("--spec-tokens", spec_tokens, "Draft tokens verified per pass")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+}
+
 std::string model_label(const std::string& path) {
   return path.empty() ? std::string("the embedded default model") : path;
 }

@@ -61,13 +61,16 @@ int64_t resolve_kseg(int64_t N, int64_t K, int64_t kseg) {
   if (kseg >= K) return K;
   return kseg % 256 ? -1 : kseg;
 }
+// The split-K workspace of a resolved kseg: the tile counters, then a partial [T, N] a segment.
+size_t workspace_bytes_kseg(int64_t T, int64_t N, int64_t K, int64_t kseg) {
+  const int64_t segs = (K + kseg - 1) / kseg;
+  return counter_bytes() + size_t(segs) * size_t(T) * size_t(N) * 4;
+}
 }  // namespace
 
 size_t matmul_workspace_bytes(int64_t T, int64_t N, int64_t K, int64_t kseg) {
   kseg = resolve_kseg(N, K, kseg);
-  if (kseg <= 0) return 0;  // an invalid kseg: the call fails anyway
-  const int64_t segs = (K + kseg - 1) / kseg;
-  return counter_bytes() + size_t(segs) * size_t(T) * size_t(N) * 4;
+  return kseg <= 0 ? 0 : workspace_bytes_kseg(T, N, K, kseg);  // invalid: the call fails anyway
 }
 
 namespace {
@@ -311,11 +314,6 @@ __global__ void __launch_bounds__(MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>::k
             y[size_t(r) * ldy + c] =
                 epi.on ? __fmul_rn(epi_factor(epi, c), tot[i][j][e]) : tot[i][j][e];
         }
-}
-
-size_t workspace_bytes_kseg(int64_t T, int64_t N, int64_t K, int64_t kseg) {
-  const int64_t segs = (K + kseg - 1) / kseg;
-  return counter_bytes() + size_t(segs) * size_t(T) * size_t(N) * 4;
 }
 
 // kseg: the segment length of the whole weight (the call's, resolved: a launch over a block of
