@@ -43,9 +43,7 @@ int64_t attention_ctx_bucket(int64_t positions) {
 
 int64_t KernelChoices::param(const OpShape& s, const std::string& p, int64_t fallback) const {
   const KernelVariant* v = find(s);
-  if (!v) return fallback;
-  auto it = v->params.find(p);
-  return it == v->params.end() ? fallback : it->second;
+  return v ? v->param(p, fallback) : fallback;
 }
 
 std::string DeviceIdentity::str() const {

@@ -41,6 +41,11 @@ using KernelParams = std::map<std::string, int64_t>;
 struct KernelVariant {
   std::string name;  // e.g. "rows16x16", "kseg1024", "split"
   KernelParams params;
+  // params[p], or `fallback` when the variant does not set it.
+  int64_t param(const std::string& p, int64_t fallback) const {
+    auto it = params.find(p);
+    return it == params.end() ? fallback : it->second;
+  }
   friend bool operator==(const KernelVariant& a, const KernelVariant& b) {
     return a.name == b.name && a.params == b.params;
   }

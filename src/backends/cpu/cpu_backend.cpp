@@ -58,8 +58,8 @@ class CpuBackend final : public HostBackend {
     if (!choices_.empty()) {
       const OpShape s{"matmul", kernel_dtype(w), T, w.rows, w.cols};
       if (const KernelVariant* v = choices_.find(s)) {
-        grain = param(*v, "grain", grain);
-        t_block = param(*v, "t_block", 0);
+        grain = v->param("grain", grain);
+        t_block = v->param("t_block", 0);
       }
     }
     matmul_with(static_cast<const float*>(xv), T, w, y, grain, t_block);
@@ -86,8 +86,8 @@ class CpuBackend final : public HostBackend {
         m.variants.push_back(
             {fmt::format("cols{}_rows{}", g, tb), {{"grain", g}, {"t_block", tb}}});
     m.supports = [](const KernelVariant& v, const OpShape& s) {
-      auto tb = v.params.find("t_block");
-      return tb == v.params.end() || s.T > tb->second;  // a row block shorter than T, or none
+      const int64_t tb = v.param("t_block", 0);
+      return tb == 0 || s.T > tb;  // no row block, or one shorter than T
     };
     return {m};
   }
@@ -102,7 +102,7 @@ class CpuBackend final : public HostBackend {
     const TuneInputs& in = tune_inputs(s);
     std::vector<float> y(size_t(s.T * s.N));
     VariantRun r;
-    const int64_t grain = param(v, "grain", kDefaultGrain), t_block = param(v, "t_block", 0);
+    const int64_t grain = v.param("grain", kDefaultGrain), t_block = v.param("t_block", 0);
     size_t copy = 0;
     for (int i = 0; i < warmup + reps; ++i) {
       const WeightRef& w = in.w[copy++ % in.w.size()];
@@ -181,10 +181,6 @@ class CpuBackend final : public HostBackend {
 
  private:
   static constexpr int64_t kDefaultGrain = 16;
-  static int64_t param(const KernelVariant& v, const char* p, int64_t fallback) {
-    auto it = v.params.find(p);
-    return it == v.params.end() ? fallback : it->second;
-  }
   void matmul_with(const float* x, int64_t T, const WeightRef& w, float* y, int64_t grain,
                    int64_t t_block) {
     const int64_t N = w.rows, K = w.cols;

@@ -23,11 +23,6 @@ constexpr int64_t kWholeK = int64_t(1) << 30;    // variant "whole": a segment o
 constexpr size_t kRotateCap = size_t(1) << 30;   // rotated copies stay near 1 GiB
 constexpr size_t kSplitWsCap = size_t(1) << 30;  // split attention up to this workspace
 
-int64_t param(const KernelVariant& v, const char* p, int64_t fallback) {
-  auto it = v.params.find(p);
-  return it == v.params.end() ? fallback : it->second;
-}
-
 // A scaled kernel dtype's format (false: not one); `block`: fp8-block<B>'s B.
 bool scaled_format(const std::string& dtype, ScaledFormat& f, int64_t& block) {
   block = 0;
@@ -75,14 +70,14 @@ int64_t kseg_in_force(const KernelChoices* c, const std::string& dtype, int64_t 
 
 // A matmul variant's fields of the plan (kseg is matmul_split's).
 void set_matmul_variant(MatmulPlan& p, const KernelVariant& v) {
-  p.tiling = MatmulKernel(param(v, "tiling", 0));
-  p.path = ScaledKernel(param(v, "kernel", 0));
-  p.config = int(param(v, "config", -1));
+  p.tiling = MatmulKernel(v.param("tiling", 0));
+  p.path = ScaledKernel(v.param("kernel", 0));
+  p.config = int(v.param("config", -1));
 }
 
 bool split_supports(const KernelVariant& v, const OpShape& s) {
   if (!weight_shape_ok(s.dtype, s.N, s.K) || s.T < 0) return false;
-  const int64_t kseg = param(v, "kseg", 0);
+  const int64_t kseg = v.param("kseg", 0);
   // Segments are whole k-stages of every bf16 tiling and fused stage shape (launch_fused falls
   // back to 256-k stages where 512 or 1024 does not divide kseg): any multiple of 256 runs.
   return kseg == 0 || kseg == kWholeK || (kseg > 0 && kseg % 256 == 0 && kseg < s.K);
@@ -91,7 +86,7 @@ bool split_supports(const KernelVariant& v, const OpShape& s) {
 bool matmul_supports(const KernelChoices* in_force, const KernelVariant& v, const OpShape& s) {
   if (!weight_shape_ok(s.dtype, s.N, s.K) || s.T < 1 || s.T > 0x7fffffff) return false;
   const bool bf16 = s.dtype == "bf16";
-  const int64_t tiling = param(v, "tiling", 0), kernel = param(v, "kernel", 0);
+  const int64_t tiling = v.param("tiling", 0), kernel = v.param("kernel", 0);
   if (tiling) {  // grid limits (65535 blocks on y): column blocks of the Rows tilings, row
                  // blocks of Tile128; every tiling takes any T, with or without the workspace
     if (!bf16 || v.params.size() != 1) return false;
@@ -111,7 +106,7 @@ bool matmul_supports(const KernelChoices* in_force, const KernelVariant& v, cons
   if (kernel == int64_t(ScaledKernel::Fused)) {
     const ScaledWeight w = shape_weight(s.dtype, s.N, s.K);
     if (bf16 || s.T > 64 || !matmul_scaled_fused_ok(w)) return false;
-    const int64_t config = param(v, "config", 0);
+    const int64_t config = v.param("config", 0);
     if (config == 0) return true;
     if (config < 1 || config > 3 || s.T > 8) return false;
     // A real alternative only: configs the format lacks or whose stages do not divide the
@@ -129,7 +124,7 @@ bool attention_supports(const KernelVariant& v, const OpShape& s) {
       (D != 32 && D != 64 && D != 128 && D != 256) || s.ctx < s.T ||
       s.ctx != attention_ctx_bucket(s.ctx))
     return false;
-  const int64_t kernel = param(v, "kernel", 0);
+  const int64_t kernel = v.param("kernel", 0);
   if (v.params.size() > 1 || kernel < 0 || kernel > 2) return false;
   // The split workspace (f32 partials of every chunk of every row and head) is allocated for
   // the pass: offered while it stays moderate (Auto takes split only at T · H < 2048 anyway).
@@ -547,7 +542,7 @@ VariantRun VariantBench::run(const std::vector<OpKernels>& reg, const KernelChoi
     a.block_tables = tables_.data(), a.pos = pos_.data();
     a.scale = 1.0f / std::sqrt(float(shape.K));
     a.kv = shape.dtype == "fp8" ? DType::F8_E4M3 : DType::BF16;
-    const auto kernel = AttnKernel(param(v, "kernel", 0));
+    const auto kernel = AttnKernel(v.param("kernel", 0));
     r.us = time_launches(s, warmup, reps, [&](int i, bool first) {
       const uint8_t* c =
           static_cast<const uint8_t*>(kv_.p) + size_t(i % kv_copies_) * kv_copy_bytes_;
@@ -572,7 +567,7 @@ VariantRun VariantBench::run(const std::vector<OpKernels>& reg, const KernelChoi
     p.kseg = kseg_in_force(&in_force, shape.dtype, shape.N, shape.K);
     set_matmul_variant(p, v);
   } else {  // matmul_split: the variant's segments, the default tiling
-    p.kseg = param(v, "kseg", 0);
+    p.kseg = v.param("kseg", 0);
   }
   r.us = time_launches(s, warmup, reps, [&](int i, bool first) {
     ops.matmul(x_.p, shape.T, copies_[size_t(i) % copies_.size()],
