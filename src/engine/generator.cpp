@@ -52,50 +52,8 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
   const SamplingParams& sp = opt.sampling;
   const bool plain_greedy = sp.greedy() && sp.repetition_penalty == 1.0f &&
                             sp.presence_penalty == 0.0f && sp.frequency_penalty == 0.0f;
-  int32_t next = plain_greedy ? argmax(logits) : -1;
-  if (opt.drafter && opt.max_new_tokens > 0) {
-    const int32_t first =
-        plain_greedy ? next : sample_token(logits, opt.sampling, history, int64_t(history.size()));
-    speculate(*pool, seq, capacity, first, plain_greedy, history, opt, st, on_token);
-    st.decode_s = now_s() - t0;
-    return st;
-  }
-  for (int64_t i = 0; i < opt.max_new_tokens; ++i) {
-    const int64_t pos = int64_t(history.size());
-    const int32_t tok = plain_greedy ? next : sample_token(logits, opt.sampling, history, pos);
-    history.push_back(tok);
-    const bool is_eos = std::find(c.eos_ids.begin(), c.eos_ids.end(), tok) != c.eos_ids.end();
-    if (is_eos && !opt.ignore_eos) {
-      st.stop_reason = "eos";
-      break;
-    }
-    if (std::find(opt.stop_ids.begin(), opt.stop_ids.end(), tok) != opt.stop_ids.end()) {
-      st.stop_reason = "stop";
-      break;
-    }
-    ++st.generated;
-    if (!on_token(tok)) {
-      st.stop_reason = "callback";
-      break;
-    }
-    if (i + 1 == opt.max_new_tokens) break;
-    if (seq.length + 1 > capacity) {
-      st.stop_reason = "context";
-      break;
-    }
-    const int32_t one[1] = {tok};
-    model_.forward(be_, *pool, seq, one, logits.data(), false, plain_greedy ? &next : nullptr);
-  }
-  st.decode_s = now_s() - t0;
-  return st;
-}
-
-void Generator::speculate(KvPool& pool, KvSequence& seq, int64_t capacity, int32_t tok, bool greedy,
-                          std::vector<int32_t>& history, const GenerateOptions& opt,
-                          GenerateStats& st, const std::function<bool(int32_t)>& on_token) {
-  const ModelConfig& c = model_.config();
-  const int64_t V = c.vocab;
-  // The plain loop's checks for one emitted token; false: stop (st.stop_reason says why).
+  // Every emitted token goes through these checks, in both decode loops; false: stop
+  // (st.stop_reason says why; "length" when the budget is spent).
   auto emit = [&](int32_t t) {
     history.push_back(t);
     if (std::find(c.eos_ids.begin(), c.eos_ids.end(), t) != c.eos_ids.end() && !opt.ignore_eos) {
@@ -111,8 +69,34 @@ void Generator::speculate(KvPool& pool, KvSequence& seq, int64_t capacity, int32
       st.stop_reason = "callback";
       return false;
     }
-    return st.generated < opt.max_new_tokens;  // else "length"
+    return st.generated < opt.max_new_tokens;
   };
+  auto pick = [&] { return sample_token(logits, opt.sampling, history, int64_t(history.size())); };
+  int32_t next = plain_greedy ? argmax(logits) : -1;
+  if (opt.max_new_tokens > 0) {
+    int32_t tok = plain_greedy ? next : pick();
+    if (opt.drafter) {
+      speculate(*pool, seq, capacity, tok, plain_greedy, history, opt, st, emit);
+    } else {
+      while (emit(tok)) {
+        if (seq.length + 1 > capacity) {
+          st.stop_reason = "context";
+          break;
+        }
+        const int32_t one[1] = {tok};
+        model_.forward(be_, *pool, seq, one, logits.data(), false, plain_greedy ? &next : nullptr);
+        tok = plain_greedy ? next : pick();
+      }
+    }
+  }
+  st.decode_s = now_s() - t0;
+  return st;
+}
+
+void Generator::speculate(KvPool& pool, KvSequence& seq, int64_t capacity, int32_t tok, bool greedy,
+                          std::vector<int32_t>& history, const GenerateOptions& opt,
+                          GenerateStats& st, const std::function<bool(int32_t)>& emit) {
+  const int64_t V = model_.config().vocab;
   std::vector<int32_t> in, ids;
   std::vector<float> rows;
   // Hybrid models: the recurrent state cannot be rolled back row by row, so it is copied into a

@@ -56,10 +56,11 @@ class Generator {
   std::vector<float> logits(std::span<const int32_t> tokens, int64_t chunk);
 
  private:
-  // The decode loop of speculative decoding (GenerateOptions::drafter), from the first token.
+  // The decode loop of speculative decoding (GenerateOptions::drafter), from the first token;
+  // `emit` is the plain loop's per-token step (history, stops, the callback, the budget).
   void speculate(KvPool& pool, KvSequence& seq, int64_t capacity, int32_t first, bool greedy,
                  std::vector<int32_t>& history, const GenerateOptions& opt, GenerateStats& st,
-                 const std::function<bool(int32_t)>& on_token);
+                 const std::function<bool(int32_t)>& emit);
   // Runs tokens through the model in chunks; leaves the last row's logits in last_logits.
   void prefill(std::span<const int32_t> tokens, int64_t chunk, KvPool& pool, KvSequence& seq,
                std::vector<float>& last_logits);
