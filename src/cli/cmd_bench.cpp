@@ -34,6 +34,7 @@ struct BenchArgs {
   bool json = false;
   std::string spec;  // --spec: decode speculatively with this drafter
   int64_t spec_tokens = 4;
+  bool spec_adaptive = false;
 };
 
 double now_s() {
@@ -112,6 +113,7 @@ int run_bench(const BenchArgs& a) {
       o.prefill_chunk = a.prefill_chunk;
       o.drafter = drafter.get();
       o.spec_tokens = a.spec_tokens;
+      o.spec_adaptive = a.spec_adaptive;
       for (int r = 0; r < a.repeats; ++r) {
         const GenerateStats st =
             Generator(*model, *be).generate(ids, o, [](int32_t) { return true; });
@@ -213,6 +215,7 @@ int run_bench(const BenchArgs& a) {
             spec.verify_passes ? double(spec.generated) / double(spec.verify_passes) : 0.0;
         j["spec_draft_s"] = spec.draft_s;
         j["spec_verify_s"] = spec.decode_s - spec.draft_s;
+        if (a.spec_adaptive) j["spec_policy"] = spec.spec_policy;
       }
       std::printf("%s\n", j.dump().c_str());
     } else {
@@ -234,6 +237,7 @@ int run_bench(const BenchArgs& a) {
                  (long long)spec.accepted, (long long)spec.drafted,
                  spec.verify_passes ? double(spec.generated) / double(spec.verify_passes) : 0.0,
                  spec.draft_s * 1e3, (spec.decode_s - spec.draft_s) * 1e3);
+  if (!spec.spec_policy.empty()) std::fprintf(stderr, "adaptive: %s\n", spec.spec_policy.c_str());
   std::fprintf(stderr, "medians of %d runs; peak %s memory %.1f MiB\n", a.repeats,
                be->host_memory() ? "resident" : "device", double(peak) / (1 << 20));
   return 0;
@@ -253,8 +257,9 @@ Runner add_bench(CLI::App& app) {
   sc->add_option("-t,--threads", a->threads, "CPU threads (default: all)");
   add_device_option(sc, a->dev);
   add_spec_options(sc, a->spec, a->spec_tokens,
-                   "Decode speculatively (ngram | draft:PATH) and report acceptance and the "
-                   "drafting / verifying time");
+                   "Decode speculatively (ngram | draft:PATH | mtp) and report acceptance and the "
+                   "drafting / verifying time",
+                   &a->spec_adaptive);
   sc->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per pass (0 = all)");
   sc->add_flag("--json", a->json, "One JSON object per configuration");
   return [a] { return run_bench(*a); };

@@ -27,6 +27,7 @@ struct GenerateArgs {
   bool ignore_eos = false;
   std::string spec;  // --spec: a drafter name
   int64_t spec_tokens = 4;
+  bool spec_adaptive = false;
 };
 
 // Sampling defaults: the checkpoint's generation_config.json where it has them, otherwise
@@ -83,6 +84,7 @@ int run_generate(const GenerateArgs& a) {
     drafter = make_drafter(a.spec, *be, *model, int64_t(prompt.size()) + a.n + a.spec_tokens + 1);
     opt.drafter = drafter.get();
     opt.spec_tokens = a.spec_tokens;
+    opt.spec_adaptive = a.spec_adaptive;
   }
   spdlog::info("{} on {}; sampling: temperature {}, top-k {}, top-p {}, min-p {}, seed {}",
                model_label(a.model), be->name(), opt.sampling.temperature, opt.sampling.top_k,
@@ -116,6 +118,7 @@ int run_generate(const GenerateArgs& a) {
                  drafter->name().c_str(), (long long)a.spec_tokens, (long long)st.verify_passes,
                  (long long)st.accepted, (long long)st.drafted,
                  st.verify_passes ? double(st.generated) / double(st.verify_passes) : 0.0);
+  if (!st.spec_policy.empty()) std::fprintf(stderr, "adaptive: %s\n", st.spec_policy.c_str());
   return 0;
 }
 
@@ -143,8 +146,8 @@ Runner add_generate(CLI::App& app) {
   sc->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past end-of-sequence tokens");
   add_spec_options(sc, a->spec, a->spec_tokens,
                    "Speculative decoding with this drafter: ngram (prompt lookup) or draft:PATH (a "
-                   "smaller model with the same tokenizer; draft: alone, the embedded one); the "
-                   "output is plain decoding's, greedy or sampled with the same seed");
+                   "smaller model with the same tokenizer; draft: alone, the embedded one) or mtp (the "
+                   "checkpoint's multi-token-prediction head, Qwen3.5 / Qwen3-Next); the output is plain decoding's, greedy or sampled with the same seed");
   return [a] { return run_generate(*a); };
 }
 

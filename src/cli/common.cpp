@@ -115,11 +115,16 @@ void add_device_option(CLI::App* sc, DeviceFlags& f) {
 }
 
 void add_spec_options(CLI::App* sc, std::string& spec, int64_t& spec_tokens,
-                      const std::string& what) {
+                      const std::string& what, bool* adaptive) {
   sc->add_option("--spec", spec, what + " (docs/speculative.md)");
-  sc->add_option("--spec-tokens", spec_tokens, "Draft tokens verified per pass")
+  sc->add_option("--spec-tokens", spec_tokens,
+                 adaptive ? "Draft tokens verified per pass (with --spec-adaptive: at most)"
+                          : "Draft tokens verified per pass")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
+  if (adaptive)
+    sc->add_flag("--spec-adaptive", *adaptive,
+                 "Choose the draft length per pass from the measured acceptance and pass costs");
 }
 
 std::string model_label(const std::string& path) {

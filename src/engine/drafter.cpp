@@ -59,9 +59,105 @@ std::vector<int32_t> ModelDrafter::draft(std::span<const int32_t> h, int64_t k) 
   return d;
 }
 
+MtpDrafter::MtpDrafter(const Model& target, Backend& be, int64_t max_context)
+    : head_(target.mtp_head()), be_(be), E_(target.config().hidden) {
+  if (!head_)
+    fail("[spec] {} has no MTP head (mtp.* tensors): --spec mtp needs a Qwen3.5 or Qwen3-Next "
+         "checkpoint that ships one",
+         target.checkpoint().path.empty() ? "the model" : target.checkpoint().path);
+  head_->check_backend(be_);
+  pool_ = head_->new_kv_pool(be_, std::min(max_context, head_->config().max_context));
+  hidden_ = static_cast<float*>(be_.alloc(size_t(E_) * sizeof(float)));
+  logits_.resize(size_t(head_->config().vocab));
+}
+
+MtpDrafter::~MtpDrafter() {
+  if (pool_) pool_->release(seq_);
+  if (staged_) be_.dealloc(staged_);
+  if (hidden_) be_.dealloc(hidden_);
+}
+
+void MtpDrafter::reserve_rows(int64_t rows) {
+  if (rows <= cap_) return;
+  const int64_t cap = std::max(rows, 2 * cap_);
+  auto* p = static_cast<float*>(be_.alloc(size_t(cap * E_) * sizeof(float)));
+  if (n_staged_ > 0) be_.copy(p, staged_, size_t(n_staged_ * E_) * sizeof(float));
+  if (staged_) be_.dealloc(staged_);
+  staged_ = p, cap_ = cap;
+}
+
+void MtpDrafter::observe(const Model& target, std::span<const int32_t> tokens, int64_t first,
+                         bool final) {
+  const int64_t n = int64_t(tokens.size()), L = seq_.length;
+  if (n == 0) return;
+  if (first < L) {  // the target went back: so do the entries
+    pool_->truncate(seq_, first);
+    n_staged_ = 0;
+  } else if (first <= L + n_staged_) {
+    n_staged_ = first - L;
+  } else {
+    fail("[spec] mtp: the target ran position {} but the drafter saw only up to {}", first,
+         L + n_staged_);
+  }
+  if (int64_t(known_.size()) < first)
+    fail("[spec] mtp: the text before position {} is unknown to the drafter", first);
+  known_.resize(size_t(first));
+  known_.insert(known_.end(), tokens.begin(), tokens.end());
+  reserve_rows(n_staged_ + n);
+  be_.act_to_f32(target.hidden_rows(), staged_ + n_staged_ * E_, n * E_);
+  n_staged_ += n;
+  if (final) {
+    int32_t next;
+    catch_up(&next);
+  }
+}
+
+int64_t MtpDrafter::catch_up(int32_t* next) {
+  const int64_t L = seq_.length;
+  const int64_t m = std::min(n_staged_, int64_t(known_.size()) - 1 - L);
+  if (m <= 0) return 0;
+  head_->forward_mtp(be_, *pool_, seq_, std::span(known_).subspan(size_t(L + 1), size_t(m)),
+                     staged_, logits_.data(), false, next, true);
+  // The rows not run yet move to the front (one row at a time: the regions never overlap).
+  const size_t row = size_t(E_) * sizeof(float);
+  for (int64_t i = 0; i < n_staged_ - m; ++i) be_.copy(staged_ + i * E_, staged_ + (m + i) * E_, row);
+  n_staged_ -= m;
+  be_.act_to_f32(static_cast<const char*>(head_->hidden_rows()) +
+                     size_t(m - 1) * dtype_bytes(be_.act_dtype(), size_t(E_)),
+                 hidden_, E_);
+  return m;
+}
+
+std::vector<int32_t> MtpDrafter::draft(std::span<const int32_t> h, int64_t k) {
+  const int64_t N = int64_t(h.size());
+  if (k <= 0 || N < 2) return {};
+  known_.assign(h.begin(), h.end());
+  // The target has run positions < N - 1 (h[N - 1] is the token its next pass starts with):
+  // entries and staged rows past that belong to drafts that were not kept.
+  if (seq_.length > N - 1) {
+    pool_->truncate(seq_, N - 1);
+    n_staged_ = 0;
+  }
+  n_staged_ = std::min(n_staged_, N - 1 - seq_.length);
+  const int64_t room = pool_->n_blocks() * pool_->block_size() - (N - 1);
+  k = std::min(k, room);
+  int32_t next = -1;
+  if (k <= 0 || catch_up(&next) == 0 || seq_.length != N - 1) return {};
+  std::vector<int32_t> d{next};
+  while (int64_t(d.size()) < k) {
+    const int32_t one[1] = {next};
+    head_->forward_mtp(be_, *pool_, seq_, one, hidden_, logits_.data(), false, &next, true);
+    be_.act_to_f32(head_->hidden_rows(), hidden_, E_);
+    d.push_back(next);
+  }
+  pool_->truncate(seq_, N - 1);
+  return d;
+}
+
 std::unique_ptr<Drafter> make_drafter(const std::string& spec, Backend& be, const Model& target,
                                       int64_t max_context) {
   if (spec == "ngram") return std::make_unique<NgramDrafter>();
+  if (spec == "mtp") return std::make_unique<MtpDrafter>(target, be, max_context);
   if (spec.starts_with("draft:")) {
     auto m = model_load(spec.substr(6));
     if (m->config().vocab != target.config().vocab)
@@ -69,7 +165,7 @@ std::unique_ptr<Drafter> make_drafter(const std::string& spec, Backend& be, cons
            m->config().vocab, target.config().vocab);
     return std::make_unique<ModelDrafter>(std::move(m), be, max_context);
   }
-  fail("[spec] unknown drafter '{}' (this basalt has: ngram, draft:PATH)", spec);
+  fail("[spec] unknown drafter '{}' (this basalt has: ngram, draft:PATH, mtp)", spec);
 }
 
 }  // namespace basalt

@@ -18,6 +18,15 @@ class Drafter {
   virtual std::string name() const = 0;
   // Up to k tokens proposed to follow `history` (the prompt and every token emitted so far).
   virtual std::vector<int32_t> draft(std::span<const int32_t> history, int64_t k) = 0;
+  // Drafters that read the target's hidden states (MTP): every target pass of the sequence
+  // then keeps them (Model::forward keep_hidden) and is shown to observe(): `tokens` ran at
+  // positions [first, first + size); `final`: they are the text (a prefill chunk), not drafts
+  // still to be verified. A pass at a position already seen replaces what followed it.
+  virtual bool wants_hidden() const { return false; }
+  virtual void observe(const Model& target, std::span<const int32_t> tokens, int64_t first,
+                       bool final) {
+    (void)target, (void)tokens, (void)first, (void)final;
+  }
 };
 
 // Prompt lookup: the longest suffix of the history, of max_n down to min_n tokens, that occurred
@@ -52,7 +61,40 @@ class ModelDrafter final : public Drafter {
   std::vector<float> logits_;
 };
 
-// "ngram" → an NgramDrafter; "draft:PATH" → a ModelDrafter of the model at PATH ("draft:" alone:
+// The MTP head of the target's checkpoint (Model::mtp_head; Qwen3.5, Qwen3-Next): entry i of
+// its own KV cache joins token i + 1 with the target's final hidden state at position i, and
+// predicts token i + 2. Entries follow the text as the target's passes reveal it (a prefill's
+// rows at once, a verification's once the history says which drafts stood); a draft of k
+// tokens runs the entry of the last emitted token, then k - 1 entries that feed the head its
+// own output hidden state in place of the target's (greedy; their KV is dropped afterwards).
+class MtpDrafter final : public Drafter {
+ public:
+  MtpDrafter(const Model& target, Backend& be, int64_t max_context);
+  ~MtpDrafter() override;
+  std::string name() const override { return "mtp"; }
+  bool wants_hidden() const override { return true; }
+  void observe(const Model& target, std::span<const int32_t> tokens, int64_t first,
+               bool final) override;
+  std::vector<int32_t> draft(std::span<const int32_t> history, int64_t k) override;
+
+ private:
+  // Runs the entries whose next token is known (known_) from the staged hidden rows; returns
+  // how many ran (then *next: the last one's argmax, hidden_: its output hidden state).
+  int64_t catch_up(int32_t* next);
+  void reserve_rows(int64_t rows);  // staged_ capacity
+  std::unique_ptr<Model> head_;
+  Backend& be_;
+  std::unique_ptr<KvPool> pool_;
+  KvSequence seq_;
+  int64_t E_ = 0;
+  float* staged_ = nullptr;  // [cap_, E] f32, backend memory: the target's hidden states at
+  int64_t cap_ = 0, n_staged_ = 0;  // positions seq_.length … seq_.length + n_staged_ - 1
+  float* hidden_ = nullptr;         // [1, E]: the head's last output hidden state
+  std::vector<int32_t> known_;      // the text as far as the drafter knows it
+  std::vector<float> logits_;
+};
+
+// "ngram" → an NgramDrafter; "mtp" → an MtpDrafter of the target's own MTP head; "draft:PATH" → a ModelDrafter of the model at PATH ("draft:" alone:
 // the embedded default model) on `be`, for contexts up to `max_context`, checked against
 // `target` (same vocabulary). Throws basalt::Error naming the drafters there are for anything
 // else.

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "engine/spec_policy.h"
 
 namespace basalt {
 
@@ -15,13 +16,16 @@ double now_s() {
 }  // namespace
 
 void Generator::prefill(std::span<const int32_t> tokens, int64_t chunk, KvPool& pool,
-                        KvSequence& seq, std::vector<float>& last_logits) {
+                        KvSequence& seq, std::vector<float>& last_logits, Drafter* drafter) {
   const int64_t T = int64_t(tokens.size());
   if (chunk <= 0) chunk = T;
   last_logits.resize(size_t(model_.config().vocab));
+  const bool hidden = drafter && drafter->wants_hidden();
   for (int64_t i = 0; i < T; i += chunk) {
     const int64_t n = std::min(chunk, T - i);
-    model_.forward(be_, pool, seq, tokens.subspan(size_t(i), size_t(n)), last_logits.data(), false);
+    const auto part = tokens.subspan(size_t(i), size_t(n));
+    model_.forward(be_, pool, seq, part, last_logits.data(), false, nullptr, hidden);
+    if (hidden) drafter->observe(model_, part, i, true);
   }
 }
 
@@ -43,7 +47,7 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
   std::vector<int32_t> history(prompt.begin(), prompt.end());
   std::vector<float> logits;
   double t0 = now_s();
-  prefill(prompt, opt.prefill_chunk, *pool, seq, logits);
+  prefill(prompt, opt.prefill_chunk, *pool, seq, logits, opt.drafter);
   st.prefill_s = now_s() - t0;
 
   t0 = now_s();
@@ -97,6 +101,7 @@ void Generator::speculate(KvPool& pool, KvSequence& seq, int64_t capacity, int32
                           std::vector<int32_t>& history, const GenerateOptions& opt,
                           GenerateStats& st, const std::function<bool(int32_t)>& emit) {
   const int64_t V = model_.config().vocab;
+  const bool hidden = opt.drafter->wants_hidden();
   std::vector<int32_t> in, ids;
   std::vector<float> rows;
   // Hybrid models: the recurrent state cannot be rolled back row by row, so it is copied into a
@@ -113,17 +118,28 @@ void Generator::speculate(KvPool& pool, KvSequence& seq, int64_t capacity, int32
       if (s.slot >= 0) p.release(s);
     }
   } release_spare{pool, spare};
+  SpecPolicy policy(opt.spec_tokens);
+  struct Report {
+    const GenerateOptions& o;
+    GenerateStats& s;
+    SpecPolicy& p;
+    ~Report() {
+      if (o.spec_adaptive) s.spec_policy = p.describe();
+    }
+  } report{opt, st, policy};
   while (emit(tok)) {
     if (seq.length + 1 > capacity) {
       st.stop_reason = "context";
       return;
     }
     // Drafts: no more than the tokens still to emit or the context still holds.
+    const int64_t want = opt.spec_adaptive ? policy.next_k() : opt.spec_tokens;
     const int64_t k =
-        std::min({opt.spec_tokens, opt.max_new_tokens - st.generated, capacity - seq.length - 1});
+        std::min({want, opt.max_new_tokens - st.generated, capacity - seq.length - 1});
     const double td = now_s();
     std::vector<int32_t> d = opt.drafter->draft(history, k);
-    st.draft_s += now_s() - td;
+    const double draft_s = now_s() - td;
+    st.draft_s += draft_s;
     if (int64_t(d.size()) > k) d.resize(size_t(k));
     in.assign(1, tok);
     in.insert(in.end(), d.begin(), d.end());
@@ -131,7 +147,10 @@ void Generator::speculate(KvPool& pool, KvSequence& seq, int64_t capacity, int32
     rows.resize(in.size() * size_t(V));
     const int64_t start = seq.length;
     if (spare.slot >= 0 && !d.empty()) model_.copy_state(be_, pool, spare.slot, seq.slot);
-    model_.forward(be_, pool, seq, in, rows.data(), true, greedy ? ids.data() : nullptr);
+    const double tv = now_s();
+    model_.forward(be_, pool, seq, in, rows.data(), true, greedy ? ids.data() : nullptr, hidden);
+    const double verify_s = now_s() - tv;
+    if (hidden) opt.drafter->observe(model_, in, start, false);
     ++st.verify_passes;
     st.drafted += int64_t(d.size());
     // Row i gives the token the plain loop would emit after in[0..i]: its argmax, or its sample
@@ -155,14 +174,20 @@ void Generator::speculate(KvPool& pool, KvSequence& seq, int64_t capacity, int32
         if (!emit(t)) return;
         continue;
       }
+      double replay_s = 0.0;  // counted as part of the pass (the policy's cost of a rejection)
       if (n < d.size() && spare.slot >= 0) {  // back to the copy, then the kept tokens again
+        const double tr = now_s();
         pool.truncate(seq, start);
         model_.copy_state(be_, pool, seq.slot, spare.slot);
         ids.resize(n + 1);
-        model_.forward(be_, pool, seq, std::span(in).first(n + 1), rows.data(), false, ids.data());
+        model_.forward(be_, pool, seq, std::span(in).first(n + 1), rows.data(), false, ids.data(),
+                       hidden);
+        if (hidden) opt.drafter->observe(model_, std::span(in).first(n + 1), start, false);
+        replay_s = now_s() - tr;
       } else {
         pool.truncate(seq, seq.length - int64_t(d.size() - n));
       }
+      policy.record(int64_t(d.size()), int64_t(n), verify_s + replay_s, draft_s);
       tok = t;  // the target's token after the accepted drafts
       break;
     }

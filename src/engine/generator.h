@@ -28,6 +28,9 @@ struct GenerateOptions {
   // models included (their recurrent state is restored and the kept tokens run again).
   Drafter* drafter = nullptr;
   int64_t spec_tokens = 4;
+  // Adaptive draft length: each pass drafts the k ≤ spec_tokens that the measured acceptance
+  // and pass costs say emits the most tokens per second (engine/spec_policy.h).
+  bool spec_adaptive = false;
 };
 
 struct GenerateStats {
@@ -38,6 +41,7 @@ struct GenerateStats {
   // decode_s spent in the drafter (the rest: verification passes and token picking).
   int64_t verify_passes = 0, drafted = 0, accepted = 0;
   double draft_s = 0;
+  std::string spec_policy;  // spec_adaptive: what the policy measured and chose last
 };
 
 class Generator {
@@ -62,8 +66,9 @@ class Generator {
                  std::vector<int32_t>& history, const GenerateOptions& opt, GenerateStats& st,
                  const std::function<bool(int32_t)>& emit);
   // Runs tokens through the model in chunks; leaves the last row's logits in last_logits.
+  // A drafter that reads hidden states sees every chunk.
   void prefill(std::span<const int32_t> tokens, int64_t chunk, KvPool& pool, KvSequence& seq,
-               std::vector<float>& last_logits);
+               std::vector<float>& last_logits, Drafter* drafter = nullptr);
   Model& model_;
   Backend& be_;
 };

@@ -144,6 +144,24 @@ class Binder {
     return WeightRef{w.dtype, int64_t(rows.size()), cols, buf->data()};
   }
 
+  // Columns [first, first + count) of the [rows, cols] matrix `name`, as a [rows, count]
+  // matrix of its own (a copy; unquantised dtypes only).
+  WeightRef columns(const std::string& name, int64_t rows, int64_t cols, int64_t first,
+                    int64_t count) {
+    const WeightRef w = matrix(name, rows, cols);
+    if (w.dtype != DType::F32 && w.dtype != DType::F16 && w.dtype != DType::BF16)
+      fail("[{}] {}: tensor '{}' has dtype {}; only f32, f16 and bf16 can be split by columns",
+           arch_, file_, name, dtype_name(w.dtype));
+    const size_t eb = dtype_bytes(w.dtype, 1);
+    auto buf = std::make_shared<std::vector<uint8_t>>(size_t(rows * count) * eb);
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(buf->data() + size_t(r * count) * eb,
+                  static_cast<const uint8_t*>(w.data) + size_t(r * cols + first) * eb,
+                  size_t(count) * eb);
+    w_.owned.push_back(buf);
+    return WeightRef{w.dtype, rows, count, buf->data()};
+  }
+
   // The [n, rows, cols] stack `name` as n matrices (fused expert weights), zero-copy where
   // the dtype allows. `first` / `count` pick a row range of each (gate and up share a stack).
   std::vector<WeightRef> stack(const std::string& name, int64_t n, int64_t rows, int64_t cols,
@@ -398,6 +416,94 @@ void bind_moe(Binder& b, const ModelConfig& c, const PartName& name, LayerWeight
   }
 }
 
+// One decoder layer's weights (`linear`: Gated DeltaNet instead of attention; `moe`: routed
+// experts instead of the dense MLP), named by `name`: the model's layers and the MTP head's.
+LayerWeights bind_layer(Binder& b, const ModelConfig& c, int64_t l, bool linear, bool moe,
+                        bool gguf, const std::string& path, const PartName& name) {
+  const int64_t E = c.hidden, D = c.head_dim, H = c.n_heads, Hkv = c.n_kv_heads, F = c.intermediate;
+  LayerWeights L;
+  L.attn_norm = b.vec(name("attn_norm"), E);
+  L.ffn_norm = b.vec(name("ffn_norm"), E);
+  if (linear) {
+    bind_gdn(b, c, l, name, L);
+  } else if (c.attn_output_gate) {
+    // q_proj rows per head: D query rows, then D gate rows.
+    std::vector<int64_t> q_rows, g_rows;
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < D; ++i) {
+        q_rows.push_back(h * 2 * D + i);
+        g_rows.push_back(h * 2 * D + D + i);
+      }
+    L.wq = b.gather_rows(name("q"), 2 * H * D, E, q_rows);
+    L.wq_gate = b.gather_rows(name("q"), 2 * H * D, E, g_rows);
+  } else {
+    L.wq = b.matrix(name("q"), H * D, E);
+  }
+  if (!linear) {
+    L.wk = b.matrix(name("k"), Hkv * D, E);
+    L.wv = b.matrix(name("v"), Hkv * D, E);
+    L.wo = b.matrix(name("o"), E, H * D);
+    if (c.attention_bias || (gguf && b.has(name("bq")))) {
+      L.bq = b.vec(name("bq"), H * D);
+      L.bk = b.vec(name("bk"), Hkv * D);
+      L.bv = b.vec(name("bv"), Hkv * D);
+      if (b.has(name("bo"))) L.bo = b.vec(name("bo"), E);
+    }
+    if (c.qk_norm) {
+      L.q_norm = b.vec(name("q_norm"), D);
+      L.k_norm = b.vec(name("k_norm"), D);
+    }
+  }
+  if (moe) {
+    bind_moe(b, c, name, L);
+  } else {
+    if (F <= 0)
+      fail("[{}] {}: layer {} has a dense MLP but intermediate_size is not set", c.arch, path, l);
+    L.w_gate = b.matrix(name("gate"), F, E);
+    L.w_up = b.matrix(name("up"), F, E);
+    L.w_down = b.matrix(name("down"), E, F);
+  }
+  if (c.zero_centred_norms)  // (1 + w), as those models compute it, in f32
+    for (auto* v : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm})
+      for (float& x : *v) x = 1.0f + x;
+  return L;
+}
+
+// The MTP head (mtp.*), or null when the checkpoint has none. A head that cannot be used (a
+// quantised fc, a missing tensor) is logged and left out: the model itself loads regardless.
+std::shared_ptr<const MtpWeights> bind_mtp(Binder& b, const io::Checkpoint& ck,
+                                           const ModelConfig& c) {
+  if (!b.has("mtp.fc.weight")) {
+    if (c.mtp_layers > 0)
+      spdlog::info("{}: the config announces {} MTP layer(s); the checkpoint has no mtp.* tensors",
+                   ck.path, c.mtp_layers);
+    return nullptr;
+  }
+  try {
+    const int64_t E = c.hidden;
+    auto m = std::make_shared<MtpWeights>();
+    m->fc_embed = b.columns("mtp.fc.weight", E, 2 * E, 0, E);
+    m->fc_hidden = b.columns("mtp.fc.weight", E, 2 * E, E, E);
+    m->norm_embed = b.vec("mtp.pre_fc_norm_embedding.weight", E);
+    m->norm_hidden = b.vec("mtp.pre_fc_norm_hidden.weight", E);
+    m->norm = b.vec("mtp.norm.weight", E);
+    if (c.zero_centred_norms)
+      for (auto* v : {&m->norm_embed, &m->norm_hidden, &m->norm})
+        for (float& x : *v) x = 1.0f + x;
+    m->moe = b.has("mtp.layers.0.mlp.gate.weight");
+    if (m->moe && c.moe.n_experts == 0)
+      fail("[{}] {}: the MTP layer is MoE but the model has no experts", c.arch, ck.path);
+    m->layer = bind_layer(b, c, 0, false, m->moe, false, ck.path,
+                          [](const char* part) { return hf_layer("mtp.", 0, part); });
+    if (c.mtp_layers > 1)
+      spdlog::info("{}: {} MTP layers; basalt drafts with mtp.layers.0", ck.path, c.mtp_layers);
+    return m;
+  } catch (const Error& e) {
+    spdlog::warn("{}: MTP head not loaded ({}); --spec mtp is unavailable", ck.path, e.what());
+    return nullptr;
+  }
+}
+
 ModelWeights bind_weights(const io::Checkpoint& ck, const ModelConfig& c) {
   const bool gguf = ck.format == io::CheckpointFormat::Gguf;
   const std::string& px = c.tensor_prefix;
@@ -412,8 +518,7 @@ ModelWeights bind_weights(const io::Checkpoint& ck, const ModelConfig& c) {
       spdlog::info("{}: quantised checkpoint, {}", ck.path, quant.describe());
   }
   Binder b(ck.tensors, c.arch, ck.path, w, quant);
-  const int64_t E = c.hidden, D = c.head_dim, H = c.n_heads, Hkv = c.n_kv_heads, F = c.intermediate,
-                V = c.vocab;
+  const int64_t E = c.hidden, V = c.vocab;
   w.embed = b.dense(nm.embed, V, E);
   w.out_norm = b.vec(nm.out_norm, E);
   if (b.has(nm.lm_head) && !(c.tied_embeddings && !gguf)) {
@@ -425,57 +530,12 @@ ModelWeights bind_weights(const io::Checkpoint& ck, const ModelConfig& c) {
          nm.lm_head);
   }
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    LayerWeights L;
     auto name = [&](const char* part) { return nm.layer(l, part); };
-    L.attn_norm = b.vec(name("attn_norm"), E);
-    L.ffn_norm = b.vec(name("ffn_norm"), E);
-    if (c.is_linear(l)) {
-      bind_gdn(b, c, l, name, L);
-    } else if (c.attn_output_gate) {
-      // q_proj rows per head: D query rows, then D gate rows.
-      std::vector<int64_t> q_rows, g_rows;
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t i = 0; i < D; ++i) {
-          q_rows.push_back(h * 2 * D + i);
-          g_rows.push_back(h * 2 * D + D + i);
-        }
-      L.wq = b.gather_rows(name("q"), 2 * H * D, E, q_rows);
-      L.wq_gate = b.gather_rows(name("q"), 2 * H * D, E, g_rows);
-    } else {
-      L.wq = b.matrix(name("q"), H * D, E);
-    }
-    if (!c.is_linear(l)) {
-      L.wk = b.matrix(name("k"), Hkv * D, E);
-      L.wv = b.matrix(name("v"), Hkv * D, E);
-      L.wo = b.matrix(name("o"), E, H * D);
-      if (c.attention_bias || (gguf && b.has(name("bq")))) {
-        L.bq = b.vec(name("bq"), H * D);
-        L.bk = b.vec(name("bk"), Hkv * D);
-        L.bv = b.vec(name("bv"), Hkv * D);
-        if (b.has(name("bo"))) L.bo = b.vec(name("bo"), E);
-      }
-      if (c.qk_norm) {
-        L.q_norm = b.vec(name("q_norm"), D);
-        L.k_norm = b.vec(name("k_norm"), D);
-      }
-    }
-    if (c.is_moe(l)) {
-      bind_moe(b, c, name, L);
-    } else {
-      if (F <= 0)
-        fail("[{}] {}: layer {} has a dense MLP but intermediate_size is not set", c.arch, ck.path,
-             l);
-      L.w_gate = b.matrix(name("gate"), F, E);
-      L.w_up = b.matrix(name("up"), F, E);
-      L.w_down = b.matrix(name("down"), E, F);
-    }
-    if (c.zero_centred_norms)  // (1 + w), as those models compute it, in f32
-      for (auto* v : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm})
-        for (float& x : *v) x = 1.0f + x;
-    w.layers.push_back(std::move(L));
+    w.layers.push_back(bind_layer(b, c, l, c.is_linear(l), c.is_moe(l), gguf, ck.path, name));
   }
   if (c.zero_centred_norms)
     for (float& x : w.out_norm) x = 1.0f + x;
+  if (!gguf) w.mtp = bind_mtp(b, ck, c);
   return w;
 }
 

@@ -62,6 +62,9 @@ struct ModelConfig {
   bool attn_output_gate = false;    // q_proj also yields a per-head sigmoid gate (Qwen3.5/Next)
   bool zero_centred_norms = false;  // RMSNorms scale by (1 + w) (Qwen3.5/Next)
   std::string tensor_prefix = "model.";  // "model.language_model." in multimodal checkpoints
+  // Multi-token-prediction layers the config announces (Qwen3.5 mtp_num_hidden_layers, Qwen3-Next
+  // num_nextn_predict_layers); their weights, when the checkpoint has them: ModelWeights::mtp.
+  int64_t mtp_layers = 0;
 
   bool is_linear(int64_t l) const { return !linear_layers.empty() && linear_layers[size_t(l)]; }
   bool is_moe(int64_t l) const { return !moe_layers.empty() && moe_layers[size_t(l)]; }
@@ -82,11 +85,23 @@ struct LayerWeights {
   std::vector<WeightRef> ex_gate, ex_up, ex_down;
 };
 
+// The MTP head of Qwen3.5 / Qwen3-Next checkpoints (mtp.*; docs/speculative.md): the next
+// token's embedding and the model's final hidden state, each RMS-normed, are joined by fc
+// ([E, 2E], kept here as its two [E, E] halves) into one full-attention decoder layer, whose
+// output after `norm` goes through the model's LM head.
+struct MtpWeights {
+  WeightRef fc_embed, fc_hidden;  // fc.weight[:, :E] (embedding half), fc.weight[:, E:]
+  std::vector<float> norm_embed, norm_hidden, norm;  // pre_fc_norm_embedding/_hidden, norm
+  LayerWeights layer;                                // mtp.layers.0
+  bool moe = false;                                  // the layer's feed-forward is MoE
+};
+
 struct ModelWeights {
   WeightRef embed;  // [V, E]
   std::vector<float> out_norm;
   WeightRef lm_head;  // [V, E] (the embedding when tied)
   std::vector<LayerWeights> layers;
+  std::shared_ptr<const MtpWeights> mtp;     // null: the checkpoint has no (usable) MTP head
   std::vector<std::shared_ptr<void>> owned;  // converted copies (e.g. F64 → F32)
 };
 
@@ -119,11 +134,27 @@ class Model {
   // With `argmax` (rows entries), argmax[r] = the index of row r's largest logit (lowest on
   // ties), computed where the logits are: a device backend then does not copy the logits back
   // (`logits` is left unspecified), which is what greedy decoding needs.
+  // keep_hidden (one item only): every row's final hidden state (after the final norm, the LM
+  // head's input) stays readable at hidden_rows() until the next pass.
   void forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch, float* logits,
-               int32_t* argmax = nullptr);
+               int32_t* argmax = nullptr, bool keep_hidden = false);
   // One sequence: reserves its blocks (throws when the pool is full), then runs the pass.
   void forward(Backend& be, KvPool& pool, KvSequence& seq, std::span<const int32_t> tokens,
-               float* logits, bool all_logits, int32_t* argmax = nullptr);
+               float* logits, bool all_logits, int32_t* argmax = nullptr,
+               bool keep_hidden = false);
+  // The last pass's final hidden states, [rows, E] in the backend's memory and act_dtype():
+  // every row after a keep_hidden pass, the rows with logits otherwise.
+  const void* hidden_rows() const { return scratch_.xn; }
+
+  // The MTP head as a model of its own (one decoder layer; the embedding and LM head are this
+  // model's, shared on a backend where this model is bound), or null when the checkpoint has
+  // none. Its passes take, besides the tokens, one hidden state per row (f32, backend memory):
+  // row i = this model's final hidden state at the position before token i.
+  std::unique_ptr<Model> mtp_head() const;
+  bool is_mtp_head() const { return mtp_in_ != nullptr; }
+  void forward_mtp(Backend& be, KvPool& pool, KvSequence& seq, std::span<const int32_t> tokens,
+                   const float* hidden, float* logits, bool all_logits, int32_t* argmax,
+                   bool keep_hidden);
   // A pool for `tokens` positions in the backend's memory and KV dtype, in blocks of
   // `block_size` rounded up to the backend's block multiple.
   // Hybrid models also get `max_seqs` recurrent-state slots (sequences alive at once) and
@@ -161,6 +192,8 @@ class Model {
   struct Bound {
     uint64_t backend = 0;  // Backend::id()
     WeightRef embed, lm_head;
+    WeightRef fc_embed, fc_hidden;  // MTP head
+    const float *norm_embed = nullptr, *norm_hidden = nullptr;
     const float* out_norm = nullptr;
     const float* inv_freq = nullptr;
     std::vector<BoundLayer> layers;
@@ -187,6 +220,11 @@ class Model {
   ModelConfig cfg_;
   ModelWeights w_;
   io::Checkpoint ckpt_;
+  // MTP head: its input weights, the model it belongs to (whose bound embedding and LM head it
+  // uses) and the hidden rows of the pass being run.
+  std::shared_ptr<const MtpWeights> mtp_in_;
+  const Model* base_ = nullptr;
+  const float* mtp_hidden_ = nullptr;
   std::vector<float> inv_freq_;  // [rope.dim / 2]
   Bound bound_;
   Scratch scratch_;

@@ -118,6 +118,7 @@ void qwen3_next_from_hf(const json& config, const std::string& file, ModelConfig
   partial_rotary(config, file, c, 0.25);
   read_moe(config, file, c, true, false);
   sparse_step_layers(config, file, c);
+  c.mtp_layers = cfg_int_or(config, "num_nextn_predict_layers", 0, file);
 }
 
 // Qwen3_5* (dense or MoE, text-only or the text part of a multimodal checkpoint).
@@ -131,6 +132,7 @@ void qwen3_5_from_hf(const json& config, const std::string& file, ModelConfig& c
   c.attention_bias = cfg_bool_or(tc, "attention_bias", false, file);
   read_hybrid(tc, file, c);
   partial_rotary(tc, file, c, 0.25);
+  c.mtp_layers = cfg_int_or(tc, "mtp_num_hidden_layers", 0, file);
   if (c.hf_class.find("Moe") != std::string::npos) {
     read_moe(tc, file, c, true, true);
     c.moe_layers.assign(size_t(c.n_layers), true);

@@ -173,12 +173,21 @@ void Model::bind(Backend& be) {
   auto vec = [&](const std::vector<float>& v) {
     return v.empty() ? nullptr : be.prepare_vector(v.data(), int64_t(v.size()));
   };
-  b.embed = be.prepare_weight(w_.embed);
-  // A tied head is the embedding: one resident copy.
-  b.lm_head = w_.lm_head.data == w_.embed.data ? b.embed : be.prepare_weight(w_.lm_head);
+  if (base_ && base_->bound_.backend == be.id()) {  // an MTP head: the model's own copies
+    b.embed = base_->bound_.embed;
+    b.lm_head = base_->bound_.lm_head;
+  } else {
+    b.embed = be.prepare_weight(w_.embed);
+    // A tied head is the embedding: one resident copy.
+    b.lm_head = w_.lm_head.data == w_.embed.data ? b.embed : be.prepare_weight(w_.lm_head);
+  }
   b.out_norm = vec(w_.out_norm);
   b.inv_freq = vec(inv_freq_);
   auto mat = [&](const WeightRef& w) { return w.data ? be.prepare_weight(w) : WeightRef{}; };
+  if (mtp_in_) {
+    b.fc_embed = mat(mtp_in_->fc_embed), b.fc_hidden = mat(mtp_in_->fc_hidden);
+    b.norm_embed = vec(mtp_in_->norm_embed), b.norm_hidden = vec(mtp_in_->norm_hidden);
+  }
   int64_t n_attn = 0, n_lin = 0;
   for (size_t l = 0; l < w_.layers.size(); ++l) {
     const LayerWeights& L = w_.layers[l];
@@ -324,11 +333,38 @@ void Model::ensure_scratch(Backend& be, int64_t T, int64_t rows) {
 }
 
 void Model::forward(Backend& be, KvPool& pool, KvSequence& seq, std::span<const int32_t> tokens,
-                    float* logits, bool all_logits, int32_t* argmax) {
+                    float* logits, bool all_logits, int32_t* argmax, bool keep_hidden) {
   if (!pool.reserve(seq, int64_t(tokens.size())))
     fail("[model] the KV cache is full: {} + {} positions do not fit", seq.length, tokens.size());
   const BatchItem item{&seq, tokens, all_logits};
-  forward(be, pool, std::span(&item, 1), logits, argmax);
+  forward(be, pool, std::span(&item, 1), logits, argmax, keep_hidden);
+}
+
+std::unique_ptr<Model> Model::mtp_head() const {
+  if (!w_.mtp) return nullptr;
+  ModelConfig c = cfg_;
+  c.n_layers = 1;
+  c.linear_layers.clear();
+  c.moe_layers.assign(1, w_.mtp->moe);
+  c.mtp_layers = 0;
+  ModelWeights w;
+  w.embed = w_.embed;
+  w.lm_head = w_.lm_head;
+  w.out_norm = w_.mtp->norm;
+  w.layers.push_back(w_.mtp->layer);
+  auto head = std::make_unique<Model>(std::move(c), std::move(w), ckpt_);
+  head->mtp_in_ = w_.mtp;
+  head->base_ = this;
+  return head;
+}
+
+void Model::forward_mtp(Backend& be, KvPool& pool, KvSequence& seq,
+                        std::span<const int32_t> tokens, const float* hidden, float* logits,
+                        bool all_logits, int32_t* argmax, bool keep_hidden) {
+  if (!mtp_in_) fail("[model] forward_mtp: this model is not an MTP head");
+  mtp_hidden_ = hidden;
+  forward(be, pool, seq, tokens, logits, all_logits, argmax, keep_hidden);
+  mtp_hidden_ = nullptr;
 }
 
 void Model::copy_state(Backend& be, KvPool& pool, int32_t dst, int32_t src) {
@@ -426,7 +462,7 @@ void Model::moe_block(Backend& be, const BoundLayer& L, int64_t T) {
 }
 
 void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch, float* logits,
-                    int32_t* argmax) {
+                    int32_t* argmax, bool keep_hidden) {
   const ModelConfig& c = cfg_;
   const int64_t E = c.hidden, H = c.n_heads, Hkv = c.n_kv_heads, D = c.head_dim, F = c.intermediate,
                 V = c.vocab;
@@ -461,6 +497,8 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
   }
   const int64_t T = int64_t(ids_.size());
   if (T == 0) return;
+  if (keep_hidden && batch.size() != 1) fail("[model] keep_hidden needs a pass of one sequence");
+  if (mtp_in_ && !mtp_hidden_) fail("[model] an MTP head's pass needs the hidden states");
 
   bind(be);
   ensure_scratch(be, T, rows);
@@ -485,6 +523,8 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
   mix(c.n_attention_layers() > 0 ? reinterpret_cast<uintptr_t>(pool.k(0)) : 0);
   if (hybrid) mix(reinterpret_cast<uintptr_t>(pool.rec_state(0)));
   mix(argmax ? 1 : 0);
+  mix(keep_hidden ? 1 : 0);
+  mix(reinterpret_cast<uintptr_t>(mtp_hidden_));
   int32_t* ids_out = be.host_memory() ? argmax : s.argmax;
   float* out = be.host_memory() ? logits : s.logits;
 
@@ -493,6 +533,13 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
     const int64_t half = c.rope.dim / 2;
     (void)H, (void)Hkv;
     be.embedding(w.embed, s.x);
+    if (mtp_in_) {  // MTP head: x = fc_e · norm_e(embedding) + fc_h · norm_h(hidden)
+      be.rmsnorm(s.x, w.norm_embed, s.xn, T, E, c.rms_eps);
+      be.matmul(s.xn, T, w.fc_embed, s.o);
+      be.rmsnorm(mtp_hidden_, w.norm_hidden, s.xn, T, E, c.rms_eps);
+      be.matmul(s.xn, T, w.fc_hidden, s.x);
+      be.add(s.x, s.o, T * E);
+    }
     be.rope_angles(w.inv_freq, half, s.cos, s.sin);
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const BoundLayer& L = w.layers[size_t(l)];
@@ -516,19 +563,25 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
       }
     }
     be.add(s.x, s.o, T * E);
-    // Final norm and LM head on the rows that need logits only.
-    int64_t r = 0, first = 0;
-    for (const BatchItem& it : batch) {
-      const int64_t n = int64_t(it.tokens.size());
-      const int64_t from = it.all_logits ? 0 : std::max<int64_t>(n - 1, 0);
-      if (n > from) {
-        be.rmsnorm(s.x + (first + from) * E, w.out_norm, act_row(s.xn, r, E), n - from, E,
-                   c.rms_eps);
-        r += n - from;
+    // Final norm and LM head on the rows that need logits only (keep_hidden: the norm on all).
+    int64_t r = 0, first = 0, head_row = 0;
+    if (keep_hidden) {
+      be.rmsnorm(s.x, w.out_norm, s.xn, T, E, c.rms_eps);
+      r = batch[0].all_logits ? T : 1;
+      head_row = T - r;
+    } else {
+      for (const BatchItem& it : batch) {
+        const int64_t n = int64_t(it.tokens.size());
+        const int64_t from = it.all_logits ? 0 : std::max<int64_t>(n - 1, 0);
+        if (n > from) {
+          be.rmsnorm(s.x + (first + from) * E, w.out_norm, act_row(s.xn, r, E), n - from, E,
+                     c.rms_eps);
+          r += n - from;
+        }
+        first += n;
       }
-      first += n;
     }
-    be.matmul(s.xn, r, w.lm_head, out);
+    be.matmul(act_row(s.xn, head_row, E), r, w.lm_head, out);
     if (argmax) be.argmax_rows(out, r, V, ids_out);
   });
   for (const BatchItem& it : batch) pool.commit(*it.seq, it.tokens);

@@ -175,6 +175,9 @@ class Backend {
   virtual void download(void* dst, const void* src, size_t bytes) = 0;
   // Backend → backend copy (queued like an op; the default bounces through host memory).
   virtual void copy(void* dst, const void* src, size_t bytes);
+  // y[n] (f32) = x[n] (act_dtype()), both in backend memory, queued like an op (the default
+  // bounces through host memory).
+  virtual void act_to_f32(const void* x, float* y, int64_t n);
   // True when backend memory is host memory (results can be written to the caller's arrays).
   virtual bool host_memory() const = 0;
   // The weight resident in this backend's memory and format (host backends: w itself). Each

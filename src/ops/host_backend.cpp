@@ -54,6 +54,15 @@ void Backend::copy(void* dst, const void* src, size_t bytes) {
   upload(dst, tmp.data(), bytes);
 }
 
+void Backend::act_to_f32(const void* x, float* y, int64_t n) {
+  const DType t = act_dtype();
+  std::vector<uint8_t> in(dtype_bytes(t, size_t(n)));
+  download(in.data(), x, in.size());
+  std::vector<float> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) out[size_t(i)] = float(dtype_read_f64(t, in.data(), i));
+  upload(y, out.data(), out.size() * sizeof(float));
+}
+
 HostBackend::~HostBackend() {
   for (auto& [p, n] : sizes_) std::free(p);
 }

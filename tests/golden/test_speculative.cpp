@@ -197,3 +197,36 @@ TEST(Speculative, NgramDrafterProposesWhatFollowedTheLatestMatch) {
 
 }  // namespace
 }  // namespace basalt
+
+namespace basalt {
+namespace {
+
+// The adaptive draft length changes how many drafts each pass carries, never the tokens.
+TEST(Speculative, AdaptiveDraftLengthKeepsPlainGreedysTokens) {
+  const std::string g = test::source_dir() + "/tests/golden";
+  auto be = cpu::make_cpu_backend(2);
+  for (const std::string path : {std::string(""), g + "/qwen3_5"}) {
+    auto m = model_load(path);
+    const std::vector<int32_t> prompt = looping_prompt(m->config().vocab);
+    const Output plain = generate(*m, *be, prompt, 120, nullptr, 0);
+    GenerateOptions o;
+    o.max_new_tokens = 120;
+    o.sampling.temperature = 0.0f;
+    o.ignore_eos = true;
+    NgramDrafter d;
+    o.drafter = &d;
+    o.spec_tokens = 8;
+    o.spec_adaptive = true;
+    std::vector<int32_t> out;
+    const GenerateStats st = Generator(*m, *be).generate(prompt, o, [&](int32_t t) {
+      out.push_back(t);
+      return true;
+    });
+    EXPECT_EQ(out, plain.out) << (path.empty() ? "default model" : path);
+    EXPECT_GT(st.drafted, 0);
+    EXPECT_NE(st.spec_policy.find("acceptance"), std::string::npos) << st.spec_policy;
+  }
+}
+
+}  // namespace
+}  // namespace basalt

@@ -37,6 +37,8 @@
 #include "engine/drafter.h"
 #include "engine/engine.h"
 #include "engine/generator.h"
+#include "io/checkpoint.h"
+#include "io/npy.h"
 #include "models/model.h"
 #include "ops/ref/ref_ops.h"
 #include "ops/ref/scaled.h"
@@ -535,6 +537,13 @@ void speculative(const std::string& label, const std::string& path) {
                     std::to_string(st.accepted) + " of " + std::to_string(st.drafted) +
                     " drafts accepted)");
   check(gen(&ng, 0.8f) == gen(nullptr, 0.8f), label + ": sampled with n-gram drafts == plain");
+  if (m->mtp_head()) {  // the checkpoint's MTP head: hidden states widened on the device
+    auto mtp = make_drafter("mtp", *gpu, *m, 512);
+    check(gen(mtp.get(), 0.0f, &st) == gen(nullptr, 0.0f),
+          label + ": greedy with MTP drafts == plain greedy (" + std::to_string(st.accepted) +
+              " of " + std::to_string(st.drafted) + " drafts accepted)");
+    check(gen(mtp.get(), 0.8f) == gen(nullptr, 0.8f), label + ": sampled with MTP drafts == plain");
+  }
   if (m->config().linear_layers.empty()) {
     auto self = make_drafter("draft:" + path, *gpu, *m, 512);
     const bool same = gen(self.get(), 0.0f, &st) == gen(nullptr, 0.0f);
@@ -542,6 +551,48 @@ void speculative(const std::string& label, const std::string& path) {
           label + ": the model as its own draft: " + std::to_string(st.accepted) + " of " +
               std::to_string(st.drafted) + " accepted, output == plain");
   }
+}
+
+// The MTP head on the GPU against the torch reference (tools/make_mtp_reference.py) and the CPU
+// with the CUDA data types, with the tolerances of against_cpu (MoE: bf16 activations tip near
+// ties of router logits, so against f32 only the argmax is held).
+void mtp_head(const std::string& name, const std::string& dir) {
+  const auto ref = io::json_load_file(dir + "/mtp_reference.json");
+  const auto ids = ref["ids"].get<std::vector<int32_t>>();
+  const io::NpyArray want = io::npy_read(dir + "/" + ref["mtp_logits"].get<std::string>());
+  auto m = model_load(dir);
+  auto head = m->mtp_head();
+  const int64_t n = int64_t(ids.size()), E = m->config().hidden, V = m->config().vocab;
+  auto run = [&](Backend& be) {
+    auto pool = m->new_kv_pool(be, n);
+    KvSequence seq;
+    std::vector<float> logits(size_t(n * V));
+    m->forward(be, *pool, seq, ids, logits.data(), false, nullptr, true);
+    auto* h = static_cast<float*>(be.alloc(size_t(n * E) * sizeof(float)));
+    be.act_to_f32(m->hidden_rows(), h, n * E);
+    auto hp = head->new_kv_pool(be, n);
+    KvSequence hs;
+    head->forward_mtp(be, *hp, hs, std::span(ids).subspan(1), h, logits.data(), true, nullptr,
+                      false);
+    be.dealloc(h);
+    logits.resize(size_t((n - 1) * V));
+    return logits;
+  };
+  auto gpu = cuda::make_cuda_backend({});
+  Bf16Cpu emu;
+  const auto got = run(*gpu);
+  const bool moe = m->config().moe.n_experts > 0;
+  const Diff d = compare(got, want.data, n - 1, V, 5e-2);
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "%s: MTP head on the GPU vs torch: max|d| %.2e, argmax %lld/%lld",
+                name.c_str(), d.rel, (long long)d.agree, (long long)(n - 1));
+  check(moe ? d.agree * 10 >= (n - 1) * 8 : d.rel <= 5e-2 && d.agree * 10 >= (n - 1) * 9, buf);
+  const Diff e = compare(got, run(emu), n - 1, V, 2e-2);
+  std::snprintf(buf, sizeof buf,
+                "%s: MTP head on the GPU vs cpu with bf16 weights/activations: max|d| %.2e, "
+                "argmax %lld/%lld",
+                name.c_str(), e.rel, (long long)e.agree, (long long)(n - 1));
+  check(e.rel <= 2e-2 && e.agree * 10 >= (n - 1) * 9, buf);
 }
 
 }  // namespace
@@ -584,6 +635,10 @@ int main() {
     exactness("qwen3_5", golden + "/qwen3_5", DType::BF16, true);
     speculative("default model", "");
     speculative("qwen3_5", golden + "/qwen3_5");
+    for (const char* name : {"qwen3_5_mtp", "qwen3_5_moe_mtp"}) {
+      mtp_head(name, golden + "/" + name);
+      speculative(name, golden + "/" + name);
+    }
     {
       auto m = model_load("");
       const int64_t V = m->config().vocab;

@@ -117,6 +117,11 @@ class CudaBackend final : public Backend {
     op("copy", 0, 0,
        [&] { return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_); });
   }
+  void act_to_f32(const void* x, float* y, int64_t n) override {
+    op("act_to_f32", 0, 0, [&] {
+      return cuda::convert_bf16_f32(static_cast<const bf16_bits*>(x), y, n, stream_);
+    });
+  }
   bool host_memory() const override { return false; }
   DType act_dtype() const override { return DType::BF16; }
   DType kv_dtype() const override { return kv_; }

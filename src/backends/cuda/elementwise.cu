@@ -132,6 +132,12 @@ __global__ void convert_kernel(const float* in, bf16_bits* out, int64_t n) {
     out[i] = to_bf(in[i]);
 }
 
+__global__ void widen_kernel(const bf16_bits* in, float* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = bf(in[i]);
+}
+
 __global__ void add_kernel(float* y, const float* x, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
@@ -281,6 +287,13 @@ cudaError_t convert_f32_bf16(const float* in, bf16_bits* out, int64_t n, cudaStr
   if (n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   convert_kernel<<<grid_1d(n, 256), 256, 0, s>>>(in, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t convert_bf16_f32(const bf16_bits* in, float* out, int64_t n, cudaStream_t s) {
+  if (n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  widen_kernel<<<grid_1d(n, 256), 256, 0, s>>>(in, out, n);
   return cudaGetLastError();
 }
 

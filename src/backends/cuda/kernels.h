@@ -51,6 +51,7 @@ cudaError_t swiglu(const float* gate, const float* up, bf16_bits* out, int64_t n
 
 // out[i] = bf16(in[i]): e.g. K/V rows of a pass into the cache (out = cache + pos0*Hkv*D).
 cudaError_t convert_f32_bf16(const float* in, bf16_bits* out, int64_t n, cudaStream_t s);
+cudaError_t convert_bf16_f32(const bf16_bits* in, float* out, int64_t n, cudaStream_t s);
 
 // out[r] = index of the largest x[r, :] (f32 [rows, n]), the lowest index on ties.
 cudaError_t argmax_rows(const float* x, int64_t rows, int64_t n, int32_t* out, cudaStream_t s);
