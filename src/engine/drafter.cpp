@@ -25,14 +25,16 @@ ModelDrafter::ModelDrafter(std::unique_ptr<Model> model, Backend& be, int64_t ma
     : m_(std::move(model)), be_(be) {
   m_->check_backend(be_);
   pool_ = m_->new_kv_pool(be_, std::min(max_context, m_->config().max_context));
-  if (pool_->has_state())
-    fail("[spec] a draft model with recurrent state ({}) is not supported yet",
-         m_->config().hf_class);
+  if (pool_->has_state() && !pool_->reserve(spare_, 0))
+    fail("[spec] the draft model's pool has no second recurrent-state slot");
   logits_.resize(size_t(m_->config().vocab));
 }
 
 ModelDrafter::~ModelDrafter() {
-  if (pool_) pool_->release(seq_);
+  if (pool_) {
+    pool_->release(seq_);
+    if (spare_.slot >= 0) pool_->release(spare_);
+  }
 }
 
 std::vector<int32_t> ModelDrafter::draft(std::span<const int32_t> h, int64_t k) {
@@ -40,13 +42,30 @@ std::vector<int32_t> ModelDrafter::draft(std::span<const int32_t> h, int64_t k) 
   if (k <= 0 || L == 0) return {};
   k = std::min(k, int64_t(pool_->n_blocks() * pool_->block_size()) - L);
   if (k <= 0) return {};
-  // Keep the KV of the longest prefix it shares with the history, less one token: the last
-  // token runs again so its logits are at hand.
   int64_t keep = 0;
-  while (keep < seq_.length && keep < L - 1 && seq_.tokens[size_t(keep)] == h[size_t(keep)]) ++keep;
-  pool_->truncate(seq_, keep);
+  int64_t same = 0;  // the prefix the cache shares with the history
+  while (same < seq_.length && same < L && seq_.tokens[size_t(same)] == h[size_t(same)]) ++same;
+  if (!pool_->has_state()) {
+    // Keep the KV of the shared prefix, less one token: the last token runs again so its
+    // logits are at hand.
+    keep = std::min(same, L - 1);
+    pool_->truncate(seq_, keep);
+  } else if (snap_ > 0 && snap_ < L && same >= snap_) {
+    // A recurrent state has no per-position history: it goes back to the copy taken after
+    // the last call's history (the proposals ran after it), and the text since runs again.
+    keep = snap_;
+    pool_->truncate(seq_, keep);
+    m_->copy_state(be_, *pool_, seq_.slot, spare_.slot);
+  } else {  // no usable copy: from the start
+    pool_->release(seq_);
+    seq_ = KvSequence{};
+  }
   int32_t next = -1;
   m_->forward(be_, *pool_, seq_, h.subspan(size_t(keep)), logits_.data(), false, &next);
+  if (pool_->has_state()) {
+    m_->copy_state(be_, *pool_, spare_.slot, seq_.slot);
+    snap_ = L;
+  }
   std::vector<int32_t> d;
   for (int64_t i = 0; i < k; ++i) {
     d.push_back(next);

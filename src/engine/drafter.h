@@ -44,8 +44,9 @@ class NgramDrafter final : public Drafter {
 
 // A separate model sharing the target's tokenizer (same vocabulary): it decodes k tokens
 // greedily after the history on `be`. Its KV cache follows the history (only tokens it has not
-// run yet are run; the KV of its own proposals is dropped after each call). Models with
-// recurrent state are refused as drafters (for now).
+// run yet are run; the KV of its own proposals is dropped after each call). A draft model with
+// recurrent state (Qwen3.5, Qwen3-Next) keeps a copy of its state after each call's history
+// in a second slot and goes back to it at the next call.
 class ModelDrafter final : public Drafter {
  public:
   ModelDrafter(std::unique_ptr<Model> model, Backend& be, int64_t max_context);
@@ -57,7 +58,8 @@ class ModelDrafter final : public Drafter {
   std::unique_ptr<Model> m_;
   Backend& be_;
   std::unique_ptr<KvPool> pool_;
-  KvSequence seq_;
+  KvSequence seq_, spare_;  // spare_: the state copy's slot (models with recurrent state)
+  int64_t snap_ = 0;        // the history length the copy belongs to (0: none)
   std::vector<float> logits_;
 };
 
