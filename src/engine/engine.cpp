@@ -45,15 +45,15 @@ Engine::Engine(Model& model, Backend& backend, EngineConfig cfg)
   if (kv_tokens < max_context_)
     fail("[engine] a KV pool of {} positions cannot hold one full context of {}", kv_tokens,
          max_context_);
-  pool_ = model_.new_kv_pool(be_, kv_tokens, cfg_.block_size, cfg_.max_batch);
-  stats_.kv_blocks_total = pool_->n_blocks();
-  if (cfg_.spec == "ngram" && pool_->has_state())
-    spdlog::warn("engine: speculative decoding is off for {} (recurrent state)",
-                 model_.config().hf_class);
-  else if (cfg_.spec == "ngram")
-    drafter_ = std::make_unique<NgramDrafter>();
-  else if (!cfg_.spec.empty())
+  if (!cfg_.spec.empty() && cfg_.spec != "ngram")
     fail("[engine] unknown drafter '{}' for serving (this basalt serves with: ngram)", cfg_.spec);
+  // Hybrid models verifying drafts keep each sequence's recurrent state in a second slot during
+  // the pass (restored after a rejection): twice the live slots, the same snapshot slots.
+  const bool hybrid = model_.config().n_attention_layers() < model_.config().n_layers;
+  const int64_t live = cfg_.max_batch * (hybrid && !cfg_.spec.empty() ? 2 : 1);
+  pool_ = model_.new_kv_pool(be_, kv_tokens, cfg_.block_size, live, 2 * int64_t(cfg_.max_batch));
+  stats_.kv_blocks_total = pool_->n_blocks();
+  if (cfg_.spec == "ngram") drafter_ = std::make_unique<NgramDrafter>();
   spdlog::info("engine: {} sequences, context {}, KV pool {} blocks × {} ({:.1f} MiB)",
                cfg_.max_batch, max_context_, pool_->n_blocks(), pool_->block_size(),
                double(pool_->bytes()) / (1 << 20));
@@ -193,7 +193,9 @@ bool Engine::step() {
     // A decoding sequence may verify drafts in the same pass: no more than its budget, the
     // tokens it may still emit and its context allow.
     s.spec_in.clear();
-    if (drafter_ && unfed == 1 && s.req.forced_output.empty()) {
+    // (Hybrid: drafts need a slot for the state copy, and no prefix-cache state pending.)
+    const bool state_ok = !pool_->has_state() || (s.kv.restore < 0 && pool_->slots_available() > 0);
+    if (drafter_ && unfed == 1 && s.req.forced_output.empty() && state_ok) {
       const int64_t k =
           std::min({cfg_.spec_tokens, budget - 1, s.req.max_new_tokens - s.generated - 1,
                     max_context_ - int64_t(s.history.size()) - 1});
@@ -216,6 +218,10 @@ bool Engine::step() {
         fail("[engine] the KV pool ({} blocks) cannot hold request {}", pool_->n_blocks(), s.id);
       preempt_youngest();  // may be s itself: then the loop ends at the new size
       continue;
+    }
+    if (!s.spec_in.empty() && pool_->has_state()) {
+      if (!pool_->reserve(s.spare, 0)) fail("[engine] no recurrent-state slot for a state copy");
+      model_.copy_state(be_, *pool_, s.spare.slot, s.kv.slot);
     }
     if (!s.spec_in.empty())
       batch.push_back({&s.kv, std::span(s.spec_in), true});
@@ -260,6 +266,7 @@ bool Engine::step() {
   // while it is the token picked (docs/speculative.md), and the KV of the rest is dropped.
   const ModelConfig& c = model_.config();
   std::vector<Seq*> done;
+  std::vector<Model::BatchItem> replay;  // hybrid sequences whose drafts were rejected
   // Picks and emits the token of logits row `row`; false when the sequence finished.
   auto pick = [&](Seq& s, size_t row, int32_t& tok) {
     const std::span<const float> raw(logits_.data() + row * size_t(V), size_t(V));
@@ -341,8 +348,25 @@ bool Engine::step() {
       done.push_back(&s);
       continue;
     }
-    pool_->truncate(s.kv, s.kv.length - int64_t(nd - n));
+    if (n < nd && s.spare.slot >= 0) {
+      // A recurrent state cannot drop rows: back to the copy, and the kept tokens run again
+      // (below, together), which leaves state and KV as if the drafts never ran.
+      pool_->truncate(s.kv, s.kv.length - int64_t(nd + 1));
+      model_.copy_state(be_, *pool_, s.kv.slot, s.spare.slot);
+      if (!pool_->reserve(s.kv, int64_t(n + 1)))
+        fail("[engine] no room to replay {} kept tokens", n + 1);
+      replay.push_back({&s.kv, std::span(s.spec_in).first(n + 1), false});
+    } else {
+      pool_->truncate(s.kv, s.kv.length - int64_t(nd - n));
+    }
   }
+  if (!replay.empty()) {
+    replay_logits_.resize(replay.size() * size_t(V));
+    replay_ids_.resize(replay.size());
+    model_.forward(be_, *pool_, replay, replay_logits_.data(), replay_ids_.data());
+  }
+  for (Seq* s : in_batch)
+    if (s->spare.slot >= 0) pool_->release(s->spare);
   std::erase_if(running_, [&](const std::unique_ptr<Seq>& p) {
     return std::find(done.begin(), done.end(), p.get()) != done.end();
   });

@@ -100,6 +100,7 @@ class Engine {
     int64_t generated = 0, cached = 0;
     bool prompt_counted = false;
     std::vector<int32_t> spec_in;  // this step's verified tokens: the last one and the drafts
+    KvSequence spare;  // hybrid models: the recurrent state before this step's drafts
   };
   void loop();
   bool step();  // one forward pass over the running sequences; false when idle
@@ -112,6 +113,8 @@ class Engine {
   EngineConfig cfg_;
   int64_t max_context_;
   std::unique_ptr<KvPool> pool_;
+  std::vector<float> replay_logits_;
+  std::vector<int32_t> replay_ids_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Seq>> queue_;     // waiting (guarded by mu_)
