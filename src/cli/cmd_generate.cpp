@@ -145,9 +145,11 @@ Runner add_generate(CLI::App& app) {
                  "Prompt tokens per forward pass (0 = whole prompt); results are identical");
   sc->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past end-of-sequence tokens");
   add_spec_options(sc, a->spec, a->spec_tokens,
-                   "Speculative decoding with this drafter: ngram (prompt lookup) or draft:PATH (a "
-                   "smaller model with the same tokenizer; draft: alone, the embedded one) or mtp (the "
-                   "checkpoint's multi-token-prediction head, Qwen3.5 / Qwen3-Next); the output is plain decoding's, greedy or sampled with the same seed");
+                   "Speculative decoding with this drafter: ngram (prompt lookup), draft:PATH (a "
+                   "smaller model with the same tokenizer; draft: alone, the embedded one) or mtp "
+                   "(the checkpoint's multi-token-prediction head, Qwen3.5 / Qwen3-Next); the "
+                   "output is plain decoding's, greedy or sampled with the same seed",
+                   &a->spec_adaptive);
   return [a] { return run_generate(*a); };
 }
 

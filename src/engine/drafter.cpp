@@ -21,10 +21,11 @@ std::vector<int32_t> NgramDrafter::draft(std::span<const int32_t> h, int64_t k) 
   return {};
 }
 
-ModelDrafter::ModelDrafter(std::unique_ptr<Model> model, Backend& be, int64_t max_context)
-    : m_(std::move(model)), be_(be) {
+ModelDrafter::ModelDrafter(std::shared_ptr<Model> model, Backend& be, int64_t max_context,
+                           std::shared_ptr<KvPool> pool)
+    : m_(std::move(model)), be_(be), pool_(std::move(pool)) {
   m_->check_backend(be_);
-  pool_ = m_->new_kv_pool(be_, std::min(max_context, m_->config().max_context));
+  if (!pool_) pool_ = m_->new_kv_pool(be_, std::min(max_context, m_->config().max_context));
   if (pool_->has_state() && !pool_->reserve(spare_, 0))
     fail("[spec] the draft model's pool has no second recurrent-state slot");
   logits_.resize(size_t(m_->config().vocab));
@@ -173,17 +174,21 @@ std::vector<int32_t> MtpDrafter::draft(std::span<const int32_t> h, int64_t k) {
   return d;
 }
 
+std::unique_ptr<Model> load_draft_model(const std::string& spec, const Model& target) {
+  if (!spec.starts_with("draft:")) fail("[spec] '{}' is not a draft:PATH spec", spec);
+  auto m = model_load(spec.substr(6));
+  if (m->config().vocab != target.config().vocab)
+    fail("[spec] the draft model has {} tokens, the target {}: they must share the tokenizer",
+         m->config().vocab, target.config().vocab);
+  return m;
+}
+
 std::unique_ptr<Drafter> make_drafter(const std::string& spec, Backend& be, const Model& target,
                                       int64_t max_context) {
   if (spec == "ngram") return std::make_unique<NgramDrafter>();
   if (spec == "mtp") return std::make_unique<MtpDrafter>(target, be, max_context);
-  if (spec.starts_with("draft:")) {
-    auto m = model_load(spec.substr(6));
-    if (m->config().vocab != target.config().vocab)
-      fail("[spec] the draft model has {} tokens, the target {}: they must share the tokenizer",
-           m->config().vocab, target.config().vocab);
-    return std::make_unique<ModelDrafter>(std::move(m), be, max_context);
-  }
+  if (spec.starts_with("draft:"))
+    return std::make_unique<ModelDrafter>(load_draft_model(spec, target), be, max_context);
   fail("[spec] unknown drafter '{}' (this basalt has: ngram, draft:PATH, mtp)", spec);
 }
 

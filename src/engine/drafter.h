@@ -49,15 +49,18 @@ class NgramDrafter final : public Drafter {
 // in a second slot and goes back to it at the next call.
 class ModelDrafter final : public Drafter {
  public:
-  ModelDrafter(std::unique_ptr<Model> model, Backend& be, int64_t max_context);
+  // `pool`: a KV pool of the draft model that several drafters share (one sequence each, two
+  // state slots for a hybrid model); null: a pool of its own for max_context positions.
+  ModelDrafter(std::shared_ptr<Model> model, Backend& be, int64_t max_context,
+               std::shared_ptr<KvPool> pool = nullptr);
   ~ModelDrafter() override;
   std::string name() const override { return "draft"; }
   std::vector<int32_t> draft(std::span<const int32_t> history, int64_t k) override;
 
  private:
-  std::unique_ptr<Model> m_;
+  std::shared_ptr<Model> m_;
   Backend& be_;
-  std::unique_ptr<KvPool> pool_;
+  std::shared_ptr<KvPool> pool_;
   KvSequence seq_, spare_;  // spare_: the state copy's slot (models with recurrent state)
   int64_t snap_ = 0;        // the history length the copy belongs to (0: none)
   std::vector<float> logits_;
@@ -102,5 +105,8 @@ class MtpDrafter final : public Drafter {
 // else.
 std::unique_ptr<Drafter> make_drafter(const std::string& spec, Backend& be, const Model& target,
                                       int64_t max_context);
+// The model of a "draft:PATH" spec ("draft:" alone: the embedded default model), checked
+// against `target` (same vocabulary).
+std::unique_ptr<Model> load_draft_model(const std::string& spec, const Model& target);
 
 }  // namespace basalt

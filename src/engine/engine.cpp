@@ -45,8 +45,9 @@ Engine::Engine(Model& model, Backend& backend, EngineConfig cfg)
   if (kv_tokens < max_context_)
     fail("[engine] a KV pool of {} positions cannot hold one full context of {}", kv_tokens,
          max_context_);
-  if (!cfg_.spec.empty() && cfg_.spec != "ngram")
-    fail("[engine] unknown drafter '{}' for serving (this basalt serves with: ngram)", cfg_.spec);
+  if (!cfg_.spec.empty() && cfg_.spec != "ngram" && !cfg_.spec.starts_with("draft:"))
+    fail("[engine] unknown drafter '{}' for serving (this basalt serves with: ngram, draft:PATH)",
+         cfg_.spec);
   // Hybrid models verifying drafts keep each sequence's recurrent state in a second slot during
   // the pass (restored after a rejection): twice the live slots, the same snapshot slots.
   const bool hybrid = model_.config().n_attention_layers() < model_.config().n_layers;
@@ -54,6 +55,14 @@ Engine::Engine(Model& model, Backend& backend, EngineConfig cfg)
   pool_ = model_.new_kv_pool(be_, kv_tokens, cfg_.block_size, live, 2 * int64_t(cfg_.max_batch));
   stats_.kv_blocks_total = pool_->n_blocks();
   if (cfg_.spec == "ngram") drafter_ = std::make_unique<NgramDrafter>();
+  if (cfg_.spec.starts_with("draft:")) {  // a drafter per sequence, their KV in one pool
+    draft_model_ = load_draft_model(cfg_.spec, model_);
+    draft_model_->check_backend(be_);
+    draft_model_->bind(be_);
+    const int64_t ctx = std::min(max_context_, draft_model_->config().max_context);
+    draft_pool_ = draft_model_->new_kv_pool(be_, ctx * cfg_.max_batch, cfg_.block_size,
+                                            2 * cfg_.max_batch, 0);
+  }
   spdlog::info("engine: {} sequences, context {}, KV pool {} blocks × {} ({:.1f} MiB)",
                cfg_.max_batch, max_context_, pool_->n_blocks(), pool_->block_size(),
                double(pool_->bytes()) / (1 << 20));
@@ -149,6 +158,7 @@ void Engine::preempt_youngest() {
   std::unique_ptr<Seq> s = std::move(running_.back());
   running_.pop_back();
   pool_->release(s->kv);
+  s->drafter.reset();  // its KV leaves the drafters' pool; a new one starts when it runs again
   spdlog::debug("engine: preempted request {} ({} tokens)", s->id, s->history.size());
   std::lock_guard<std::mutex> lk(mu_);
   queue_.push_front(std::move(s));
@@ -195,12 +205,32 @@ bool Engine::step() {
     s.spec_in.clear();
     // (Hybrid: drafts need a slot for the state copy, and no prefix-cache state pending.)
     const bool state_ok = !pool_->has_state() || (s.kv.restore < 0 && pool_->slots_available() > 0);
-    if (drafter_ && unfed == 1 && s.req.forced_output.empty() && state_ok) {
+    if ((drafter_ || draft_model_) && unfed == 1 && s.req.forced_output.empty() && state_ok) {
       const int64_t k =
           std::min({cfg_.spec_tokens, budget - 1, s.req.max_new_tokens - s.generated - 1,
                     max_context_ - int64_t(s.history.size()) - 1});
       if (k > 0) {
-        std::vector<int32_t> d = drafter_->draft(s.history, k);
+        std::vector<int32_t> d;
+        const auto td = std::chrono::steady_clock::now();
+        try {
+          Drafter* dr = drafter_.get();
+          if (!dr) {
+            if (!s.drafter)
+              s.drafter = std::make_unique<ModelDrafter>(draft_model_, be_, max_context_,
+                                                         draft_pool_);
+            dr = s.drafter.get();
+          }
+          d = dr->draft(s.history, k);
+        } catch (const Error& e) {  // (e.g. the drafters' pool is full): no drafts this time
+          spdlog::debug("engine: request {}: no drafts ({})", s.id, e.what());
+          s.drafter.reset();
+          d.clear();
+        }
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          stats_.spec_draft_seconds +=
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - td).count();
+        }
         if (int64_t(d.size()) > k) d.resize(size_t(k));
         if (!d.empty()) {
           s.spec_in.push_back(s.history.back());

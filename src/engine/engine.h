@@ -72,8 +72,10 @@ struct EngineStats {
   // Where the engine thread's time goes: steps, their wall time, the forward passes in them.
   int64_t steps = 0;
   double step_seconds = 0, forward_seconds = 0;
-  // Speculative decoding: sequences verified with drafts, tokens drafted and accepted.
+  // Speculative decoding: sequences verified with drafts, tokens drafted and accepted; the
+  // time spent drafting (the verification is part of the forward passes).
   int64_t spec_verifications = 0, spec_drafted = 0, spec_accepted = 0;
+  double spec_draft_seconds = 0;
 };
 
 class Engine {
@@ -101,6 +103,7 @@ class Engine {
     bool prompt_counted = false;
     std::vector<int32_t> spec_in;  // this step's verified tokens: the last one and the drafts
     KvSequence spare;  // hybrid models: the recurrent state before this step's drafts
+    std::unique_ptr<Drafter> drafter;  // draft:PATH: this sequence's (its KV in draft_pool_)
   };
   void loop();
   bool step();  // one forward pass over the running sequences; false when idle
@@ -125,7 +128,9 @@ class Engine {
   EngineStats stats_;
   std::vector<float> logits_;
   std::vector<int32_t> argmax_;
-  std::unique_ptr<Drafter> drafter_;  // cfg_.spec
+  std::unique_ptr<Drafter> drafter_;  // cfg_.spec ngram (one for all sequences)
+  std::shared_ptr<Model> draft_model_;  // cfg_.spec draft:PATH, with one KV pool for the drafters
+  std::shared_ptr<KvPool> draft_pool_;
   std::thread thread_;
 };
 

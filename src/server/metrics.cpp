@@ -105,6 +105,13 @@ std::string Metrics::render(const EngineStats& es) const {
   one("basalt_spec_accepted_tokens_total", "counter",
       "Draft tokens accepted: the mean accepted length is accepted / verifications.",
       es.spec_accepted);
+  one("basalt_spec_draft_seconds_total", "counter",
+      "Engine time spent drafting (--spec); verification runs inside the forward passes "
+      "(basalt_engine_forward_seconds_total).",
+      es.spec_draft_seconds);
+  one("basalt_engine_forward_seconds_total", "counter",
+      "Engine time in forward passes (prefill, decode and verification rows together).",
+      es.forward_seconds);
   s += ttft_.render("basalt_time_to_first_token_seconds",
                     "Time from request arrival to the first generated token.");
   s += itl_.render("basalt_inter_token_latency_seconds", "Time between consecutive tokens.");

@@ -219,6 +219,21 @@ TEST(Cli, GenerateWithNgramSpeculationPrintsThePlainText) {
   Result sampled = run(sample), sampled_spec = run(sample + " --spec ngram");
   ASSERT_EQ(sampled_spec.code, 0) << sampled_spec.err;
   EXPECT_EQ(sampled_spec.out, sampled.out);
+  // The trained draft model with the adaptive length; the MTP head where a checkpoint has one.
+  Result draft = run(gen + " --spec draft:" + quote(test::source_dir() + "/models/draft") +
+                     " --spec-adaptive --spec-tokens 8");
+  ASSERT_EQ(draft.code, 0) << draft.err;
+  EXPECT_EQ(draft.out, plain.out);
+  EXPECT_NE(draft.err.find("adaptive: k "), std::string::npos) << draft.err;
+  Result no_head = run(gen + " --spec mtp");
+  EXPECT_NE(no_head.code, 0);
+  EXPECT_NE(no_head.err.find("no MTP head"), std::string::npos) << no_head.err;
+  Result mtp = run("bench --device cpu -p 16 -n 40 -r 1 --json --spec mtp -m " +
+                   quote(test::source_dir() + "/tests/golden/qwen3_5_mtp"));
+  ASSERT_EQ(mtp.code, 0) << mtp.err;
+  const auto jm = nlohmann::json::parse(mtp.out.substr(mtp.out.find('{')));
+  EXPECT_EQ(jm["spec"], "mtp");
+  EXPECT_GT(jm["spec_drafted"].get<int64_t>(), 0);
 }
 
 TEST(Cli, InfoDescribesModel) {
