@@ -128,8 +128,8 @@ Runner add_serve(CLI::App& app) {
   sc->add_option("--parallel", a->parallel, "Sequences run together (default 8)")
       ->check(CLI::Range(1, 1024));
   add_spec_options(sc, a->spec, a->spec_tokens,
-                   "Speculative decoding: ngram (prompt lookup) or draft:PATH (a smaller model with the "
-                   "same tokenizer, one drafter per sequence); outputs unchanged");
+                   "Speculative decoding: ngram (prompt lookup), draft:PATH (a smaller model with the "
+                   "same tokenizer) or mtp (the checkpoint's MTP head); outputs unchanged");
   sc->add_option("--served-model-name", a->opt.served_name,
                  "Model name in the API (default: the model's base name or basalt-default)");
   sc->add_option("-t,--threads", a->threads, "CPU threads (default: all)");

@@ -79,14 +79,13 @@ std::vector<int32_t> ModelDrafter::draft(std::span<const int32_t> h, int64_t k) 
   return d;
 }
 
-MtpDrafter::MtpDrafter(const Model& target, Backend& be, int64_t max_context)
-    : head_(target.mtp_head()), be_(be), E_(target.config().hidden) {
-  if (!head_)
-    fail("[spec] {} has no MTP head (mtp.* tensors): --spec mtp needs a Qwen3.5 or Qwen3-Next "
-         "checkpoint that ships one",
-         target.checkpoint().path.empty() ? "the model" : target.checkpoint().path);
+MtpDrafter::MtpDrafter(std::shared_ptr<Model> head, Backend& be, int64_t max_context,
+                       std::shared_ptr<KvPool> pool)
+    : head_(std::move(head)), be_(be), pool_(std::move(pool)) {
+  if (!head_ || !head_->is_mtp_head()) fail("[spec] mtp: no MTP head given");
+  E_ = head_->config().hidden;
   head_->check_backend(be_);
-  pool_ = head_->new_kv_pool(be_, std::min(max_context, head_->config().max_context));
+  if (!pool_) pool_ = head_->new_kv_pool(be_, std::min(max_context, head_->config().max_context));
   hidden_ = static_cast<float*>(be_.alloc(size_t(E_) * sizeof(float)));
   logits_.resize(size_t(head_->config().vocab));
 }
@@ -106,25 +105,31 @@ void MtpDrafter::reserve_rows(int64_t rows) {
   staged_ = p, cap_ = cap;
 }
 
-void MtpDrafter::observe(const Model& target, std::span<const int32_t> tokens, int64_t first,
+void MtpDrafter::restart(int64_t at) {
+  pool_->release(seq_);
+  seq_ = KvSequence{};
+  offset_ = at;
+  n_staged_ = 0;
+}
+
+void MtpDrafter::observe(const void* hidden, std::span<const int32_t> tokens, int64_t first,
                          bool final) {
-  const int64_t n = int64_t(tokens.size()), L = seq_.length;
+  const int64_t n = int64_t(tokens.size());
   if (n == 0) return;
-  if (first < L) {  // the target went back: so do the entries
-    pool_->truncate(seq_, first);
+  if (first < offset_) {
+    restart(first);
+  } else if (first < end()) {  // the target went back: so do the entries
+    pool_->truncate(seq_, first - offset_);
     n_staged_ = 0;
-  } else if (first <= L + n_staged_) {
-    n_staged_ = first - L;
-  } else {
-    fail("[spec] mtp: the target ran position {} but the drafter saw only up to {}", first,
-         L + n_staged_);
+  } else if (first <= end() + n_staged_) {
+    n_staged_ = first - end();
+  } else {  // positions the drafter never saw (a cached prefix): start from here
+    restart(first);
   }
-  if (int64_t(known_.size()) < first)
-    fail("[spec] mtp: the text before position {} is unknown to the drafter", first);
-  known_.resize(size_t(first));
+  known_.resize(size_t(first), -1);
   known_.insert(known_.end(), tokens.begin(), tokens.end());
   reserve_rows(n_staged_ + n);
-  be_.act_to_f32(target.hidden_rows(), staged_ + n_staged_ * E_, n * E_);
+  be_.act_to_f32(hidden, staged_ + n_staged_ * E_, n * E_);
   n_staged_ += n;
   if (final) {
     int32_t next;
@@ -133,7 +138,7 @@ void MtpDrafter::observe(const Model& target, std::span<const int32_t> tokens, i
 }
 
 int64_t MtpDrafter::catch_up(int32_t* next) {
-  const int64_t L = seq_.length;
+  const int64_t L = end();
   const int64_t m = std::min(n_staged_, int64_t(known_.size()) - 1 - L);
   if (m <= 0) return 0;
   head_->forward_mtp(be_, *pool_, seq_, std::span(known_).subspan(size_t(L + 1), size_t(m)),
@@ -154,15 +159,17 @@ std::vector<int32_t> MtpDrafter::draft(std::span<const int32_t> h, int64_t k) {
   known_.assign(h.begin(), h.end());
   // The target has run positions < N - 1 (h[N - 1] is the token its next pass starts with):
   // entries and staged rows past that belong to drafts that were not kept.
-  if (seq_.length > N - 1) {
-    pool_->truncate(seq_, N - 1);
-    n_staged_ = 0;
+  if (end() > N - 1) {
+    if (N - 1 < offset_) {
+      restart(N - 1);
+    } else {
+      pool_->truncate(seq_, N - 1 - offset_);
+      n_staged_ = 0;
+    }
   }
-  n_staged_ = std::min(n_staged_, N - 1 - seq_.length);
-  const int64_t room = pool_->n_blocks() * pool_->block_size() - (N - 1);
-  k = std::min(k, room);
+  n_staged_ = std::max<int64_t>(0, std::min(n_staged_, N - 1 - end()));
   int32_t next = -1;
-  if (k <= 0 || catch_up(&next) == 0 || seq_.length != N - 1) return {};
+  if (catch_up(&next) == 0 || end() != N - 1) return {};
   std::vector<int32_t> d{next};
   while (int64_t(d.size()) < k) {
     const int32_t one[1] = {next};
@@ -170,7 +177,7 @@ std::vector<int32_t> MtpDrafter::draft(std::span<const int32_t> h, int64_t k) {
     be_.act_to_f32(head_->hidden_rows(), hidden_, E_);
     d.push_back(next);
   }
-  pool_->truncate(seq_, N - 1);
+  pool_->truncate(seq_, N - 1 - offset_);
   return d;
 }
 
@@ -186,7 +193,14 @@ std::unique_ptr<Model> load_draft_model(const std::string& spec, const Model& ta
 std::unique_ptr<Drafter> make_drafter(const std::string& spec, Backend& be, const Model& target,
                                       int64_t max_context) {
   if (spec == "ngram") return std::make_unique<NgramDrafter>();
-  if (spec == "mtp") return std::make_unique<MtpDrafter>(target, be, max_context);
+  if (spec == "mtp") {
+    std::shared_ptr<Model> head = target.mtp_head();
+    if (!head)
+      fail("[spec] {} has no MTP head (mtp.* tensors): --spec mtp needs a Qwen3.5 or Qwen3-Next "
+           "checkpoint that ships one",
+           target.checkpoint().path.empty() ? "the model" : target.checkpoint().path);
+    return std::make_unique<MtpDrafter>(std::move(head), be, max_context);
+  }
   if (spec.starts_with("draft:"))
     return std::make_unique<ModelDrafter>(load_draft_model(spec, target), be, max_context);
   fail("[spec] unknown drafter '{}' (this basalt has: ngram, draft:PATH, mtp)", spec);

@@ -20,12 +20,15 @@ class Drafter {
   virtual std::vector<int32_t> draft(std::span<const int32_t> history, int64_t k) = 0;
   // Drafters that read the target's hidden states (MTP): every target pass of the sequence
   // then keeps them (Model::forward keep_hidden) and is shown to observe(): `tokens` ran at
-  // positions [first, first + size); `final`: they are the text (a prefill chunk), not drafts
-  // still to be verified. A pass at a position already seen replaces what followed it.
+  // positions [first, first + size) and `hidden` holds their final hidden states (the target's
+  // hidden_rows() from this sequence's first row on); `final`: they are the text (a prefill
+  // chunk, a plain decode step), not drafts still to be verified. A pass at a position already
+  // seen replaces what followed it; a pass past what was seen (a prefix from the cache) starts
+  // the drafter afresh there.
   virtual bool wants_hidden() const { return false; }
-  virtual void observe(const Model& target, std::span<const int32_t> tokens, int64_t first,
+  virtual void observe(const void* hidden, std::span<const int32_t> tokens, int64_t first,
                        bool final) {
-    (void)target, (void)tokens, (void)first, (void)final;
+    (void)hidden, (void)tokens, (void)first, (void)final;
   }
 };
 
@@ -74,11 +77,14 @@ class ModelDrafter final : public Drafter {
 // own output hidden state in place of the target's (greedy; their KV is dropped afterwards).
 class MtpDrafter final : public Drafter {
  public:
-  MtpDrafter(const Model& target, Backend& be, int64_t max_context);
+  // `head`: the target's Model::mtp_head(); `pool`: a KV pool of the head that several drafters
+  // share (one sequence each); null: a pool of its own for max_context positions.
+  MtpDrafter(std::shared_ptr<Model> head, Backend& be, int64_t max_context,
+             std::shared_ptr<KvPool> pool = nullptr);
   ~MtpDrafter() override;
   std::string name() const override { return "mtp"; }
   bool wants_hidden() const override { return true; }
-  void observe(const Model& target, std::span<const int32_t> tokens, int64_t first,
+  void observe(const void* hidden, std::span<const int32_t> tokens, int64_t first,
                bool final) override;
   std::vector<int32_t> draft(std::span<const int32_t> history, int64_t k) override;
 
@@ -87,13 +93,16 @@ class MtpDrafter final : public Drafter {
   // how many ran (then *next: the last one's argmax, hidden_: its output hidden state).
   int64_t catch_up(int32_t* next);
   void reserve_rows(int64_t rows);  // staged_ capacity
-  std::unique_ptr<Model> head_;
+  void restart(int64_t at);  // entries start afresh at position `at`
+  int64_t end() const { return offset_ + seq_.length; }  // the first position without an entry
+  std::shared_ptr<Model> head_;
   Backend& be_;
-  std::unique_ptr<KvPool> pool_;
-  KvSequence seq_;
+  std::shared_ptr<KvPool> pool_;
+  KvSequence seq_;      // entry i of the head's cache is position offset_ + i
+  int64_t offset_ = 0;  // (positions are relative under RoPE: an offset changes nothing)
   int64_t E_ = 0;
   float* staged_ = nullptr;  // [cap_, E] f32, backend memory: the target's hidden states at
-  int64_t cap_ = 0, n_staged_ = 0;  // positions seq_.length … seq_.length + n_staged_ - 1
+  int64_t cap_ = 0, n_staged_ = 0;  // positions end() … end() + n_staged_ - 1
   float* hidden_ = nullptr;         // [1, E]: the head's last output hidden state
   std::vector<int32_t> known_;      // the text as far as the drafter knows it
   std::vector<float> logits_;

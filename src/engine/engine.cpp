@@ -45,8 +45,10 @@ Engine::Engine(Model& model, Backend& backend, EngineConfig cfg)
   if (kv_tokens < max_context_)
     fail("[engine] a KV pool of {} positions cannot hold one full context of {}", kv_tokens,
          max_context_);
-  if (!cfg_.spec.empty() && cfg_.spec != "ngram" && !cfg_.spec.starts_with("draft:"))
-    fail("[engine] unknown drafter '{}' for serving (this basalt serves with: ngram, draft:PATH)",
+  if (!cfg_.spec.empty() && cfg_.spec != "ngram" && cfg_.spec != "mtp" &&
+      !cfg_.spec.starts_with("draft:"))
+    fail("[engine] unknown drafter '{}' for serving (this basalt serves with: ngram, draft:PATH, "
+         "mtp)",
          cfg_.spec);
   // Hybrid models verifying drafts keep each sequence's recurrent state in a second slot during
   // the pass (restored after a rejection): twice the live slots, the same snapshot slots.
@@ -55,10 +57,17 @@ Engine::Engine(Model& model, Backend& backend, EngineConfig cfg)
   pool_ = model_.new_kv_pool(be_, kv_tokens, cfg_.block_size, live, 2 * int64_t(cfg_.max_batch));
   stats_.kv_blocks_total = pool_->n_blocks();
   if (cfg_.spec == "ngram") drafter_ = std::make_unique<NgramDrafter>();
-  if (cfg_.spec.starts_with("draft:")) {  // a drafter per sequence, their KV in one pool
-    draft_model_ = load_draft_model(cfg_.spec, model_);
+  if (cfg_.spec.starts_with("draft:") || cfg_.spec == "mtp") {  // a drafter per sequence,
+    mtp_ = cfg_.spec == "mtp";                                     // their KV in one pool
+    if (mtp_) {
+      draft_model_ = model_.mtp_head();
+      if (!draft_model_)
+        fail("[engine] {} has no MTP head (mtp.* tensors) for --spec mtp",
+             model_.checkpoint().path.empty() ? "the model" : model_.checkpoint().path);
+    } else {
+      draft_model_ = load_draft_model(cfg_.spec, model_);
+    }
     draft_model_->check_backend(be_);
-    draft_model_->bind(be_);
     const int64_t ctx = std::min(max_context_, draft_model_->config().max_context);
     draft_pool_ = draft_model_->new_kv_pool(be_, ctx * cfg_.max_batch, cfg_.block_size,
                                             2 * cfg_.max_batch, 0);
@@ -190,6 +199,7 @@ bool Engine::step() {
   // Each running sequence feeds its unfed tokens: a prefill chunk or one decode token.
   std::vector<Model::BatchItem> batch;
   std::vector<Seq*> in_batch;
+  std::vector<int64_t> first_pos;  // each item's first position
   int64_t budget = cfg_.step_tokens;
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Seq& s = *running_[i];
@@ -199,6 +209,14 @@ bool Engine::step() {
       const int64_t bs = pool_->block_size();  // crossed: the state there is kept for reuse
       const int64_t last = (s.kv.length + n) / bs * bs;
       if (last > s.kv.length && last < s.kv.length + n) n = last - s.kv.length;
+    }
+    // The MTP drafter reads every pass of its sequence, from the first one.
+    if (mtp_ && !s.drafter) {
+      try {
+        s.drafter = std::make_unique<MtpDrafter>(draft_model_, be_, max_context_, draft_pool_);
+      } catch (const Error& e) {
+        spdlog::debug("engine: request {}: no MTP drafter ({})", s.id, e.what());
+      }
     }
     // A decoding sequence may verify drafts in the same pass: no more than its budget, the
     // tokens it may still emit and its context allow.
@@ -215,12 +233,12 @@ bool Engine::step() {
         try {
           Drafter* dr = drafter_.get();
           if (!dr) {
-            if (!s.drafter)
+            if (!s.drafter && !mtp_)
               s.drafter = std::make_unique<ModelDrafter>(draft_model_, be_, max_context_,
                                                          draft_pool_);
             dr = s.drafter.get();
           }
-          d = dr->draft(s.history, k);
+          if (dr) d = dr->draft(s.history, k);
         } catch (const Error& e) {  // (e.g. the drafters' pool is full): no drafts this time
           spdlog::debug("engine: request {}: no drafts ({})", s.id, e.what());
           s.drafter.reset();
@@ -258,6 +276,7 @@ bool Engine::step() {
     else
       batch.push_back({&s.kv, std::span(s.history).subspan(size_t(s.kv.length), size_t(n)), false});
     in_batch.push_back(&s);
+    first_pos.push_back(s.kv.length);
     budget -= n;
     ++i;
   }
@@ -288,7 +307,31 @@ bool Engine::step() {
     if (picks && !plain_greedy(s.req)) ids_only = false;
   }
   argmax_.resize(rows);
-  model_.forward(be_, *pool_, batch, logits_.data(), ids_only ? argmax_.data() : nullptr);
+  bool keep_hidden = false;  // an MTP drafter reads the final hidden states of its rows
+  for (const Seq* s : in_batch) keep_hidden = keep_hidden || (s->drafter && s->drafter->wants_hidden());
+  model_.forward(be_, *pool_, batch, logits_.data(), ids_only ? argmax_.data() : nullptr,
+                 keep_hidden);
+  // Shows each MTP drafter its rows of the pass just run (`final`: tokens of the text, not
+  // drafts); a drafter that fails is dropped (the sequence goes on without drafts).
+  auto observe = [&](std::span<const Model::BatchItem> items, std::span<Seq* const> seqs,
+                     std::span<const int64_t> firsts, bool verifying) {
+    const size_t row_bytes = dtype_bytes(be_.act_dtype(), size_t(model_.config().hidden));
+    size_t row = 0;
+    for (size_t b = 0; b < items.size(); ++b) {
+      Seq& s = *seqs[b];
+      if (s.drafter && s.drafter->wants_hidden()) {
+        try {
+          s.drafter->observe(static_cast<const char*>(model_.hidden_rows()) + row * row_bytes,
+                             items[b].tokens, firsts[b], !verifying && s.spec_in.empty());
+        } catch (const Error& e) {
+          spdlog::debug("engine: request {}: MTP drafter dropped ({})", s.id, e.what());
+          s.drafter.reset();
+        }
+      }
+      row += items[b].tokens.size();
+    }
+  };
+  if (keep_hidden) observe(batch, in_batch, first_pos, false);
   const auto t1 = std::chrono::steady_clock::now();
 
   // Sequences whose tokens are all fed now pick their next token. A verifying sequence picks
@@ -297,6 +340,8 @@ bool Engine::step() {
   const ModelConfig& c = model_.config();
   std::vector<Seq*> done;
   std::vector<Model::BatchItem> replay;  // hybrid sequences whose drafts were rejected
+  std::vector<Seq*> replay_seqs;
+  std::vector<int64_t> replay_first;
   // Picks and emits the token of logits row `row`; false when the sequence finished.
   auto pick = [&](Seq& s, size_t row, int32_t& tok) {
     const std::span<const float> raw(logits_.data() + row * size_t(V), size_t(V));
@@ -386,6 +431,8 @@ bool Engine::step() {
       if (!pool_->reserve(s.kv, int64_t(n + 1)))
         fail("[engine] no room to replay {} kept tokens", n + 1);
       replay.push_back({&s.kv, std::span(s.spec_in).first(n + 1), false});
+      replay_seqs.push_back(&s);
+      replay_first.push_back(s.kv.length);
     } else {
       pool_->truncate(s.kv, s.kv.length - int64_t(nd - n));
     }
@@ -393,7 +440,8 @@ bool Engine::step() {
   if (!replay.empty()) {
     replay_logits_.resize(replay.size() * size_t(V));
     replay_ids_.resize(replay.size());
-    model_.forward(be_, *pool_, replay, replay_logits_.data(), replay_ids_.data());
+    model_.forward(be_, *pool_, replay, replay_logits_.data(), replay_ids_.data(), mtp_);
+    if (mtp_) observe(replay, replay_seqs, replay_first, true);
   }
   for (Seq* s : in_batch)
     if (s->spare.slot >= 0) pool_->release(s->spare);

@@ -103,7 +103,7 @@ class Engine {
     bool prompt_counted = false;
     std::vector<int32_t> spec_in;  // this step's verified tokens: the last one and the drafts
     KvSequence spare;  // hybrid models: the recurrent state before this step's drafts
-    std::unique_ptr<Drafter> drafter;  // draft:PATH: this sequence's (its KV in draft_pool_)
+    std::unique_ptr<Drafter> drafter;  // draft:PATH, mtp: this sequence's (KV in draft_pool_)
   };
   void loop();
   bool step();  // one forward pass over the running sequences; false when idle
@@ -129,8 +129,9 @@ class Engine {
   std::vector<float> logits_;
   std::vector<int32_t> argmax_;
   std::unique_ptr<Drafter> drafter_;  // cfg_.spec ngram (one for all sequences)
-  std::shared_ptr<Model> draft_model_;  // cfg_.spec draft:PATH, with one KV pool for the drafters
-  std::shared_ptr<KvPool> draft_pool_;
+  std::shared_ptr<Model> draft_model_;  // cfg_.spec draft:PATH / mtp (the MTP head), with one
+  std::shared_ptr<KvPool> draft_pool_;  // KV pool for the sequences' drafters
+  bool mtp_ = false;
   std::thread thread_;
 };
 

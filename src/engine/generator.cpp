@@ -25,7 +25,7 @@ void Generator::prefill(std::span<const int32_t> tokens, int64_t chunk, KvPool& 
     const int64_t n = std::min(chunk, T - i);
     const auto part = tokens.subspan(size_t(i), size_t(n));
     model_.forward(be_, pool, seq, part, last_logits.data(), false, nullptr, hidden);
-    if (hidden) drafter->observe(model_, part, i, true);
+    if (hidden) drafter->observe(model_.hidden_rows(), part, i, true);
   }
 }
 
@@ -150,7 +150,7 @@ void Generator::speculate(KvPool& pool, KvSequence& seq, int64_t capacity, int32
     const double tv = now_s();
     model_.forward(be_, pool, seq, in, rows.data(), true, greedy ? ids.data() : nullptr, hidden);
     const double verify_s = now_s() - tv;
-    if (hidden) opt.drafter->observe(model_, in, start, false);
+    if (hidden) opt.drafter->observe(model_.hidden_rows(), in, start, false);
     ++st.verify_passes;
     st.drafted += int64_t(d.size());
     // Row i gives the token the plain loop would emit after in[0..i]: its argmax, or its sample
@@ -182,7 +182,8 @@ void Generator::speculate(KvPool& pool, KvSequence& seq, int64_t capacity, int32
         ids.resize(n + 1);
         model_.forward(be_, pool, seq, std::span(in).first(n + 1), rows.data(), false, ids.data(),
                        hidden);
-        if (hidden) opt.drafter->observe(model_, std::span(in).first(n + 1), start, false);
+        if (hidden)
+          opt.drafter->observe(model_.hidden_rows(), std::span(in).first(n + 1), start, false);
         replay_s = now_s() - tr;
       } else {
         pool.truncate(seq, seq.length - int64_t(d.size() - n));

@@ -134,17 +134,17 @@ class Model {
   // With `argmax` (rows entries), argmax[r] = the index of row r's largest logit (lowest on
   // ties), computed where the logits are: a device backend then does not copy the logits back
   // (`logits` is left unspecified), which is what greedy decoding needs.
-  // keep_hidden (one item only): every row's final hidden state (after the final norm, the LM
-  // head's input) stays readable at hidden_rows() until the next pass.
+  // keep_hidden: every row's final hidden state (after the final norm, the LM head's input)
+  // stays readable at hidden_rows() until the next keep_hidden pass.
   void forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch, float* logits,
                int32_t* argmax = nullptr, bool keep_hidden = false);
   // One sequence: reserves its blocks (throws when the pool is full), then runs the pass.
   void forward(Backend& be, KvPool& pool, KvSequence& seq, std::span<const int32_t> tokens,
                float* logits, bool all_logits, int32_t* argmax = nullptr,
                bool keep_hidden = false);
-  // The last pass's final hidden states, [rows, E] in the backend's memory and act_dtype():
-  // every row after a keep_hidden pass, the rows with logits otherwise.
-  const void* hidden_rows() const { return scratch_.xn; }
+  // The last keep_hidden pass's final hidden states, [T, E] in the backend's memory and
+  // act_dtype(), the rows in the pass's order.
+  const void* hidden_rows() const { return hidden_; }
 
   // The MTP head as a model of its own (one decoder layer; the embedding and LM head are this
   // model's, shared on a backend where this model is bound), or null when the checkpoint has
@@ -225,6 +225,11 @@ class Model {
   std::shared_ptr<const MtpWeights> mtp_in_;
   const Model* base_ = nullptr;
   const float* mtp_hidden_ = nullptr;
+  // keep_hidden passes' output (backend memory).
+  void* hidden_ = nullptr;
+  Backend* hidden_owner_ = nullptr;
+  uint64_t hidden_be_ = 0;
+  size_t hidden_bytes_ = 0;
   std::vector<float> inv_freq_;  // [rope.dim / 2]
   Bound bound_;
   Scratch scratch_;

@@ -497,7 +497,16 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
   }
   const int64_t T = int64_t(ids_.size());
   if (T == 0) return;
-  if (keep_hidden && batch.size() != 1) fail("[model] keep_hidden needs a pass of one sequence");
+  if (keep_hidden) {  // every row's final hidden state, in a buffer of its own
+    const size_t need = dtype_bytes(be.act_dtype(), size_t(T * c.hidden));
+    if (hidden_be_ != be.id() || hidden_bytes_ < need) {
+      if (hidden_) hidden_owner_->dealloc(hidden_);
+      hidden_ = be.alloc(need);
+      hidden_owner_ = &be;
+      hidden_be_ = be.id();
+      hidden_bytes_ = need;
+    }
+  }
   if (mtp_in_ && !mtp_hidden_) fail("[model] an MTP head's pass needs the hidden states");
 
   bind(be);
@@ -523,7 +532,7 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
   mix(c.n_attention_layers() > 0 ? reinterpret_cast<uintptr_t>(pool.k(0)) : 0);
   if (hybrid) mix(reinterpret_cast<uintptr_t>(pool.rec_state(0)));
   mix(argmax ? 1 : 0);
-  mix(keep_hidden ? 1 : 0);
+  mix(keep_hidden ? reinterpret_cast<uintptr_t>(hidden_) : 0);
   mix(reinterpret_cast<uintptr_t>(mtp_hidden_));
   int32_t* ids_out = be.host_memory() ? argmax : s.argmax;
   float* out = be.host_memory() ? logits : s.logits;
@@ -563,25 +572,21 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
       }
     }
     be.add(s.x, s.o, T * E);
-    // Final norm and LM head on the rows that need logits only (keep_hidden: the norm on all).
-    int64_t r = 0, first = 0, head_row = 0;
-    if (keep_hidden) {
-      be.rmsnorm(s.x, w.out_norm, s.xn, T, E, c.rms_eps);
-      r = batch[0].all_logits ? T : 1;
-      head_row = T - r;
-    } else {
-      for (const BatchItem& it : batch) {
-        const int64_t n = int64_t(it.tokens.size());
-        const int64_t from = it.all_logits ? 0 : std::max<int64_t>(n - 1, 0);
-        if (n > from) {
-          be.rmsnorm(s.x + (first + from) * E, w.out_norm, act_row(s.xn, r, E), n - from, E,
-                     c.rms_eps);
-          r += n - from;
-        }
-        first += n;
+    // keep_hidden: the final norm of every row, kept apart.
+    if (keep_hidden) be.rmsnorm(s.x, w.out_norm, hidden_, T, E, c.rms_eps);
+    // Final norm and LM head on the rows that need logits only.
+    int64_t r = 0, first = 0;
+    for (const BatchItem& it : batch) {
+      const int64_t n = int64_t(it.tokens.size());
+      const int64_t from = it.all_logits ? 0 : std::max<int64_t>(n - 1, 0);
+      if (n > from) {
+        be.rmsnorm(s.x + (first + from) * E, w.out_norm, act_row(s.xn, r, E), n - from, E,
+                   c.rms_eps);
+        r += n - from;
       }
+      first += n;
     }
-    be.matmul(act_row(s.xn, head_row, E), r, w.lm_head, out);
+    be.matmul(s.xn, r, w.lm_head, out);
     if (argmax) be.argmax_rows(out, r, V, ids_out);
   });
   for (const BatchItem& it : batch) pool.commit(*it.seq, it.tokens);

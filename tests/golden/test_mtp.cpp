@@ -131,7 +131,7 @@ TEST(Mtp, TheDrafterProposesTheHeadsTokenForTheLastPosition) {
         if (to == from) continue;
         const auto part = all.subspan(size_t(from), size_t(to - from));
         m->forward(*be, *pool, seq, part, logits.data(), false, nullptr, true);
-        d->observe(*m, part, from, true);
+        d->observe(m->hidden_rows(), part, from, true);
       }
       auto first = d->draft(all.first(size_t(j + 2)), 1);
       ASSERT_EQ(first.size(), 1u);
@@ -140,7 +140,7 @@ TEST(Mtp, TheDrafterProposesTheHeadsTokenForTheLastPosition) {
       // draft, ids[j + 3] the target's own next token), the third is rolled back.
       const auto pass = all.subspan(size_t(j + 1), 3);
       m->forward(*be, *pool, seq, pass, logits.data(), true, nullptr, true);
-      d->observe(*m, pass, j + 1, false);
+      d->observe(m->hidden_rows(), pass, j + 1, false);
       pool->truncate(seq, j + 3);
       auto next = d->draft(all.first(size_t(j + 4)), 2);
       ASSERT_EQ(next.size(), 2u);
