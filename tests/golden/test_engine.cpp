@@ -168,7 +168,11 @@ TEST_P(ConversationModels, MultiTurnPrefixCacheIsExactAndHits) {
   cfg.block_size = 8;
   cfg.max_batch = 2;
   cfg.max_context = 256;
-  Engine cached(*model, *be, cfg);
+  // The cached engine also speculates (the MTP head where the checkpoint has one, prompt lookup
+  // otherwise): a drafter starting on a cached prefix, and rollback, change no token.
+  EngineConfig spec_cfg = cfg;
+  spec_cfg.spec = model->mtp_head() ? "mtp" : "ngram";
+  Engine cached(*model, *be, spec_cfg);
   std::vector<int32_t> history;
   int64_t prompt_total = 0, hit_total = 0;
   for (int turn = 0; turn < 5; ++turn) {
@@ -206,7 +210,8 @@ TEST_P(ConversationModels, MultiTurnPrefixCacheIsExactAndHits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, ConversationModels,
-                         ::testing::Values("qwen3_tied", "qwen3_5", "qwen3_next", "qwen3_5_moe"));
+                         ::testing::Values("qwen3_tied", "qwen3_5", "qwen3_next", "qwen3_5_moe",
+                                           "qwen3_5_mtp"));
 
 TEST(Engine, CancelAndErrors) {
   auto model = model_load(test::source_dir() + "/tests/golden/qwen3_tied");

@@ -14,7 +14,10 @@
 // head_dim 16 has no attention kernel). The same contract with a recipe that changes every
 // choice it may (every_variant_recipe): a segment length other than the rule's for each weight
 // shape that has one, another matmul variant at every T, the attention kernel alternating.
+#include <execinfo.h>
+
 #include <algorithm>
+#include <csignal>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
@@ -446,7 +449,10 @@ void exactness(const std::string& label_in, const std::string& path, DType kv = 
 // A growing conversation through the engine on the GPU: with the prefix cache (hybrid models:
 // recurrent-state snapshots copied on the device) every turn's tokens and logprobs equal a
 // fresh engine's, and the previous turns are served from the cache.
-void conversation(const std::string& label, const std::string& path) {
+// `spec`: the cached engine also speculates with this drafter (the fresh one never does), so
+// its tokens and log-probs must still be the fresh engine's, bit for bit.
+void conversation(const std::string& label, const std::string& path,
+                  const std::string& spec = "") {
   auto m = model_load(path);
   const int64_t V = m->config().vocab;
   auto gpu = cuda::make_cuda_backend({});
@@ -454,6 +460,8 @@ void conversation(const std::string& label, const std::string& path) {
   cfg.block_size = 64;  // the CUDA backend's block multiple
   cfg.max_batch = 2;
   cfg.max_context = 512;
+  EngineConfig spec_cfg = cfg;
+  spec_cfg.spec = spec;
   struct Got {
     std::mutex mu;
     std::condition_variable cv;
@@ -477,7 +485,7 @@ void conversation(const std::string& label, const std::string& path) {
     g->cv.wait(lk, [&] { return g->cached >= 0; });
     return g;
   };
-  Engine cached(*m, *gpu, cfg);
+  Engine cached(*m, *gpu, spec_cfg);
   std::vector<int32_t> history;
   int64_t prompt_total = 0, hit_total = 0;
   bool exact = true, hits = true;
@@ -502,6 +510,10 @@ void conversation(const std::string& label, const std::string& path) {
   check(exact, label + ": 4-turn conversation, prefix cache on == fresh engine, bitwise");
   check(hits, label + ": prefix-cache hits " + std::to_string(hit_total) + " of " +
                   std::to_string(prompt_total) + " prompt tokens (every previous turn)");
+  if (!spec.empty())
+    check(cached.stats().spec_drafted > 0,
+          label + ": " + std::to_string(cached.stats().spec_accepted) + " of " +
+              std::to_string(cached.stats().spec_drafted) + " drafts accepted");
 }
 
 // Speculative decoding on the GPU (docs/speculative.md): greedy and sampled output with n-gram
@@ -597,7 +609,18 @@ void mtp_head(const std::string& name, const std::string& dir) {
 
 }  // namespace
 
+// A crash prints its stack (the device machine has no debugger).
+void on_crash(int sig) {
+  void* frames[64];
+  const int n = backtrace(frames, 64);
+  std::fprintf(stderr, "signal %d; stack:\n", sig);
+  backtrace_symbols_fd(frames, n, 2);
+  std::_Exit(128 + sig);
+}
+
 int main() {
+  std::signal(SIGSEGV, on_crash);
+  std::signal(SIGABRT, on_crash);
   const auto devs = cuda::cuda_devices();
   if (devs.empty() || devs[0].cc_major != 9) {
     std::printf("SKIP: no Hopper GPU visible; the whole-model GPU tests did not run\n");
@@ -635,10 +658,17 @@ int main() {
     exactness("qwen3_5", golden + "/qwen3_5", DType::BF16, true);
     speculative("default model", "");
     speculative("qwen3_5", golden + "/qwen3_5");
+    for (const char* name : {"llama_d128_bf16", "qwen3_d64_bf16", "qwen3_next", "qwen3_5_moe"})
+      speculative(name, golden + "/" + name);
     for (const char* name : {"qwen3_5_mtp", "qwen3_5_moe_mtp"}) {
       mtp_head(name, golden + "/" + name);
       speculative(name, golden + "/" + name);
+      conversation(std::string(name) + ", engine with --spec mtp", golden + "/" + name, "mtp");
     }
+    conversation("default model, engine with --spec ngram", "", "ngram");
+    conversation("default model, engine with --spec draft:models/draft", "",
+                 "draft:" + std::string(BASALT_SOURCE_DIR) + "/models/draft");
+    conversation("qwen3_5, engine with --spec ngram", golden + "/qwen3_5", "ngram");
     {
       auto m = model_load("");
       const int64_t V = m->config().vocab;
