@@ -123,6 +123,10 @@ EngineStats Engine::stats() const {
 }
 
 void Engine::finish(Seq& s, const std::string& reason, const std::string& error) {
+  // Everything of the request goes before its final event (its drafter frees backend memory):
+  // whoever waits for that event may use the backend at once.
+  s.drafter.reset();
+  if (s.spare.slot >= 0) pool_->release(s.spare);
   pool_->release(s.kv);
   {
     std::lock_guard<std::mutex> lk(mu_);
