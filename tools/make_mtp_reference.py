@@ -50,7 +50,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import make_reference as mr  # noqa: E402  (CASES, read_safetensors)
+import make_reference as mr  # noqa: E402  (CASES, read_safetensors, gqa_attention_np)
 
 N_IDS = 40
 MIN_REL_MARGIN = mr.MIN_REL_MARGIN  # every MTP entry's top-1/top-2 gap >= this fraction of max|row|
@@ -219,13 +219,7 @@ def np_mtp(W, cfg, u):
 
     q, k = rope(q), rope(k)
     mask = np.triu(np.full((T, T), -np.inf), 1)
-    o = np.empty((T, H, D))
-    for hh in range(H):
-        kv = hh // (H // Hkv)
-        sc = q[:, hh] @ k[:, kv].T / math.sqrt(D) + mask
-        sc = np.exp(sc - sc.max(-1, keepdims=True))
-        o[:, hh] = (sc / sc.sum(-1, keepdims=True)) @ v[:, kv]
-    o = o.reshape(T, H * D) * (1.0 / (1.0 + np.exp(-gate)))
+    o = mr.gqa_attention_np(q, k, v, mask).reshape(T, H * D) * (1.0 / (1.0 + np.exp(-gate)))
     x = u + o @ p("self_attn.o_proj.weight").T
 
     silu = lambda z: z / (1.0 + np.exp(-z))  # noqa: E731

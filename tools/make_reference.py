@@ -560,6 +560,20 @@ def rope_np(x: np.ndarray, inv: np.ndarray, interleaved: bool) -> np.ndarray:
     return np.concatenate([a * c - b * s, a * s + b * c], axis=-1)
 
 
+def gqa_attention_np(q, k, v, mask):
+    """Softmax attention of q [T, H, D] over k, v [T, Hkv, D] (query head h reads kv head
+    h // (H / Hkv)), scaled by 1/sqrt(D), with an additive [T, T] mask: [T, H, D]."""
+    T, H, D = q.shape
+    Hkv = k.shape[1]
+    o = np.empty((T, H, D))
+    for hh in range(H):
+        kv = hh // (H // Hkv)
+        sc = q[:, hh] @ k[:, kv].T / math.sqrt(D) + mask
+        sc = np.exp(sc - sc.max(-1, keepdims=True))
+        o[:, hh] = (sc / sc.sum(-1, keepdims=True)) @ v[:, kv]
+    return o
+
+
 def rms_np(x, w, eps):
     return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
 
@@ -579,12 +593,7 @@ def forward_np(W: dict, hp: dict, ids: list[int], interleaved: bool) -> np.ndarr
         if hp["qk_norm"]:
             q, k = rms_np(q, p("attn_q_norm"), eps), rms_np(k, p("attn_k_norm"), eps)
         q, k = rope_np(q, hp["inv_freq"], interleaved), rope_np(k, hp["inv_freq"], interleaved)
-        o = np.empty((T, H, D))
-        for hh in range(H):
-            kv = hh // (H // Hkv)
-            sc = q[:, hh] @ k[:, kv].T / math.sqrt(D) + mask
-            sc = np.exp(sc - sc.max(-1, keepdims=True))
-            o[:, hh] = (sc / sc.sum(-1, keepdims=True)) @ v[:, kv]
+        o = gqa_attention_np(q, k, v, mask)
         x = x + o.reshape(T, H * D) @ p("attn_output").T
         h = rms_np(x, p("ffn_norm"), eps)
         g, u = h @ p("ffn_gate").T, h @ p("ffn_up").T
