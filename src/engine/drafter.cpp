@@ -190,17 +190,19 @@ std::unique_ptr<Model> load_draft_model(const std::string& spec, const Model& ta
   return m;
 }
 
+std::unique_ptr<Model> require_mtp_head(const Model& target) {
+  auto head = target.mtp_head();
+  if (!head)
+    fail("[spec] {} has no MTP head (mtp.* tensors): --spec mtp needs a Qwen3.5 or Qwen3-Next "
+         "checkpoint that ships one",
+         target.checkpoint().path.empty() ? "the model" : target.checkpoint().path);
+  return head;
+}
+
 std::unique_ptr<Drafter> make_drafter(const std::string& spec, Backend& be, const Model& target,
                                       int64_t max_context) {
   if (spec == "ngram") return std::make_unique<NgramDrafter>();
-  if (spec == "mtp") {
-    std::shared_ptr<Model> head = target.mtp_head();
-    if (!head)
-      fail("[spec] {} has no MTP head (mtp.* tensors): --spec mtp needs a Qwen3.5 or Qwen3-Next "
-           "checkpoint that ships one",
-           target.checkpoint().path.empty() ? "the model" : target.checkpoint().path);
-    return std::make_unique<MtpDrafter>(std::move(head), be, max_context);
-  }
+  if (spec == "mtp") return std::make_unique<MtpDrafter>(require_mtp_head(target), be, max_context);
   if (spec.starts_with("draft:"))
     return std::make_unique<ModelDrafter>(load_draft_model(spec, target), be, max_context);
   fail("[spec] unknown drafter '{}' (this basalt has: ngram, draft:PATH, mtp)", spec);

@@ -108,14 +108,16 @@ class MtpDrafter final : public Drafter {
   std::vector<float> logits_;
 };
 
-// "ngram" → an NgramDrafter; "mtp" → an MtpDrafter of the target's own MTP head; "draft:PATH" → a ModelDrafter of the model at PATH ("draft:" alone:
-// the embedded default model) on `be`, for contexts up to `max_context`, checked against
-// `target` (same vocabulary). Throws basalt::Error naming the drafters there are for anything
-// else.
+// "ngram" → an NgramDrafter; "mtp" → an MtpDrafter of the target's own MTP head;
+// "draft:PATH" → a ModelDrafter of the model at PATH ("draft:" alone: the embedded default
+// model) on `be`, for contexts up to `max_context`, checked against `target` (same
+// vocabulary). Throws basalt::Error naming the drafters there are for anything else.
 std::unique_ptr<Drafter> make_drafter(const std::string& spec, Backend& be, const Model& target,
                                       int64_t max_context);
 // The model of a "draft:PATH" spec ("draft:" alone: the embedded default model), checked
 // against `target` (same vocabulary).
 std::unique_ptr<Model> load_draft_model(const std::string& spec, const Model& target);
+// The target's MTP head (Model::mtp_head); throws basalt::Error when the checkpoint has none.
+std::unique_ptr<Model> require_mtp_head(const Model& target);
 
 }  // namespace basalt

@@ -59,14 +59,7 @@ Engine::Engine(Model& model, Backend& backend, EngineConfig cfg)
   if (cfg_.spec == "ngram") drafter_ = std::make_unique<NgramDrafter>();
   if (cfg_.spec.starts_with("draft:") || cfg_.spec == "mtp") {  // a drafter per sequence,
     mtp_ = cfg_.spec == "mtp";                                     // their KV in one pool
-    if (mtp_) {
-      draft_model_ = model_.mtp_head();
-      if (!draft_model_)
-        fail("[engine] {} has no MTP head (mtp.* tensors) for --spec mtp",
-             model_.checkpoint().path.empty() ? "the model" : model_.checkpoint().path);
-    } else {
-      draft_model_ = load_draft_model(cfg_.spec, model_);
-    }
+    draft_model_ = mtp_ ? require_mtp_head(model_) : load_draft_model(cfg_.spec, model_);
     draft_model_->check_backend(be_);
     const int64_t ctx = std::min(max_context_, draft_model_->config().max_context);
     draft_pool_ = draft_model_->new_kv_pool(be_, ctx * cfg_.max_batch, cfg_.block_size,
@@ -214,20 +207,25 @@ bool Engine::step() {
       const int64_t last = (s.kv.length + n) / bs * bs;
       if (last > s.kv.length && last < s.kv.length + n) n = last - s.kv.length;
     }
-    // The MTP drafter reads every pass of its sequence, from the first one.
-    if (mtp_ && !s.drafter) {
+    // A sequence's own drafter starts with its first pass (an MTP drafter reads every pass).
+    if (draft_model_ && !s.drafter) {
       try {
-        s.drafter = std::make_unique<MtpDrafter>(draft_model_, be_, max_context_, draft_pool_);
+        if (mtp_)
+          s.drafter = std::make_unique<MtpDrafter>(draft_model_, be_, max_context_, draft_pool_);
+        else
+          s.drafter = std::make_unique<ModelDrafter>(draft_model_, be_, max_context_, draft_pool_);
       } catch (const Error& e) {
-        spdlog::debug("engine: request {}: no MTP drafter ({})", s.id, e.what());
+        spdlog::debug("engine: request {}: no drafter ({})", s.id, e.what());
       }
     }
     // A decoding sequence may verify drafts in the same pass: no more than its budget, the
     // tokens it may still emit and its context allow.
     s.spec_in.clear();
     // (Hybrid: drafts need a slot for the state copy, and no prefix-cache state pending.)
-    const bool state_ok = !pool_->has_state() || (s.kv.restore < 0 && pool_->slots_available() > 0);
-    if ((drafter_ || draft_model_) && unfed == 1 && s.req.forced_output.empty() && state_ok) {
+    const bool state_ok =
+        !pool_->has_state() || (s.kv.restore < 0 && pool_->slots_available() > 0);
+    Drafter* dr = drafter_ ? drafter_.get() : s.drafter.get();
+    if (dr && unfed == 1 && s.req.forced_output.empty() && state_ok) {
       const int64_t k =
           std::min({cfg_.spec_tokens, budget - 1, s.req.max_new_tokens - s.generated - 1,
                     max_context_ - int64_t(s.history.size()) - 1});
@@ -235,14 +233,7 @@ bool Engine::step() {
         std::vector<int32_t> d;
         const auto td = std::chrono::steady_clock::now();
         try {
-          Drafter* dr = drafter_.get();
-          if (!dr) {
-            if (!s.drafter && !mtp_)
-              s.drafter = std::make_unique<ModelDrafter>(draft_model_, be_, max_context_,
-                                                         draft_pool_);
-            dr = s.drafter.get();
-          }
-          if (dr) d = dr->draft(s.history, k);
+          d = dr->draft(s.history, k);
         } catch (const Error& e) {  // (e.g. the drafters' pool is full): no drafts this time
           spdlog::debug("engine: request {}: no drafts ({})", s.id, e.what());
           s.drafter.reset();
@@ -312,7 +303,8 @@ bool Engine::step() {
   }
   argmax_.resize(rows);
   bool keep_hidden = false;  // an MTP drafter reads the final hidden states of its rows
-  for (const Seq* s : in_batch) keep_hidden = keep_hidden || (s->drafter && s->drafter->wants_hidden());
+  for (const Seq* s : in_batch)
+    keep_hidden = keep_hidden || (s->drafter && s->drafter->wants_hidden());
   model_.forward(be_, *pool_, batch, logits_.data(), ids_only ? argmax_.data() : nullptr,
                  keep_hidden);
   // Shows each MTP drafter its rows of the pass just run (`final`: tokens of the text, not

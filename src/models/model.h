@@ -227,8 +227,7 @@ class Model {
   const float* mtp_hidden_ = nullptr;
   // keep_hidden passes' output (backend memory).
   void* hidden_ = nullptr;
-  Backend* hidden_owner_ = nullptr;
-  uint64_t hidden_be_ = 0;
+  uint64_t hidden_be_ = 0;  // Backend::id() of hidden_
   size_t hidden_bytes_ = 0;
   std::vector<float> inv_freq_;  // [rope.dim / 2]
   Bound bound_;

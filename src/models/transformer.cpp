@@ -500,9 +500,8 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
   if (keep_hidden) {  // every row's final hidden state, in a buffer of its own
     const size_t need = dtype_bytes(be.act_dtype(), size_t(T * c.hidden));
     if (hidden_be_ != be.id() || hidden_bytes_ < need) {
-      if (hidden_) hidden_owner_->dealloc(hidden_);
+      if (hidden_be_ == be.id()) be.dealloc(hidden_);  // (another backend's: left, as scratch)
       hidden_ = be.alloc(need);
-      hidden_owner_ = &be;
       hidden_be_ = be.id();
       hidden_bytes_ = need;
     }
