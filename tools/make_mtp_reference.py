@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import shutil
 import sys
 from dataclasses import dataclass
@@ -372,11 +371,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "tests" / "golden")
     args = ap.parse_args()
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    mr.quiet_deterministic_torch()
     for case in CASES:
         generate(case, args.out)
 

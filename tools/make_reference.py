@@ -781,6 +781,15 @@ def default_model_reference(out: Path, repo: Path) -> None:
     print(f"default_model: min greedy margin {min(margins):.4f} of max|logit|")
 
 
+def quiet_deterministic_torch() -> None:
+    """One thread, deterministic algorithms, no transformers chatter: the same bytes on re-run."""
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path("tests/golden"))
@@ -789,11 +798,7 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", help="(re)generate only these HF cases (no GGUF rewrite, no default model)")
     args = ap.parse_args()
 
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    quiet_deterministic_torch()
 
     if args.only:
         for case in [c for c in CASES if c.name in args.only]:
