@@ -44,6 +44,7 @@ struct DeviceFlags {
   std::string kv_dtype;
   bool no_autotune = false;
   std::string recipe;
+  std::string quant_acts = "q8";
 };
 void add_device_option(CLI::App* sc, DeviceFlags& f);
 // The backend the flags name, with its KV type and kernel recipe set (kernels::recipe_apply

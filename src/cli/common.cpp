@@ -35,11 +35,11 @@ std::vector<int32_t> parse_ids(const std::string& s) {
 }
 
 namespace {
-std::unique_ptr<Backend> make_backend_on(const std::string& device, int threads, bool fast_prefill);
+std::unique_ptr<Backend> make_backend_on(const DeviceFlags& f, int threads);
 }
 
 std::unique_ptr<Backend> make_bare_backend(const DeviceFlags& f, int threads) {
-  std::unique_ptr<Backend> be = make_backend_on(f.device, threads, f.fast_prefill);
+  std::unique_ptr<Backend> be = make_backend_on(f, threads);
   if (f.kv_dtype.empty() || f.kv_dtype == "auto") return be;
   DType t;
   if (f.kv_dtype == "f32")
@@ -62,12 +62,15 @@ std::unique_ptr<Backend> make_backend(const DeviceFlags& f, int threads, std::st
 }
 
 namespace {
-std::unique_ptr<Backend> make_backend_on(const std::string& device, int threads,
-                                         bool fast_prefill) {
+std::unique_ptr<Backend> make_backend_on(const DeviceFlags& f, int threads) {
+  const std::string& device = f.device;
+  const bool fast_prefill = f.fast_prefill;
+  if (f.quant_acts != "q8" && f.quant_acts != "f32")
+    fail("[cli] --quant-acts {}: expected q8 or f32", f.quant_acts);
   auto cpu_backend = [&] {
     if (fast_prefill)
       spdlog::warn("--fast-prefill only changes the CUDA backend; the CPU runs exact");
-    return cpu::make_cpu_backend(threads);
+    return cpu::make_cpu_backend(threads, f.quant_acts == "q8");
   };
   if (device == "cpu") return cpu_backend();
 #ifdef BASALT_HAVE_CUDA
@@ -106,6 +109,12 @@ void add_device_option(CLI::App* sc, DeviceFlags& f) {
       "--fast-prefill", f.fast_prefill,
       "CUDA: cuBLAS for prompt passes of more than 64 rows (faster, NOT exact: logits then "
       "depend on the prefill chunking)");
+  sc->add_option("--quant-acts", f.quant_acts,
+                 "q8 | f32: CPU matmuls over GGUF block-quantised weights (Q8_0, Q4_0, Q4_K, "
+                 "Q5_K, Q6_K) quantise their activations to 8 bits and sum integer products, as "
+                 "llama.cpp does (q8), or keep f32 activations against the dequantised weights "
+                 "(f32: closer to the unquantised model, slower)")
+      ->capture_default_str();
   sc->add_flag("--no-autotune", f.no_autotune,
                "Run the kernel defaults, not the measured recipe for this device");
   sc->add_option("--recipe", f.recipe,

@@ -10,6 +10,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "core/dtype.h"
+#include "ops/ref/qdot.h"
 #include "ops/ref/ref_ops.h"
 #include "ops_test_util.h"
 
@@ -66,9 +67,13 @@ TEST_P(MatmulVsRef, MatchesReference) {
   TestWeight w(dt, N, K, randn(size_t(N * K), 2, 0.5f));
   std::vector<float> want(size_t(T * N)), got(size_t(T * N), NAN);
   ref::matmul(x.data(), T, w.ref, want.data());
-  auto be = cpu::make_cpu_backend(2);
-  be->matmul(x.data(), T, w.ref, got.data());
+  cpu::make_cpu_backend(2, false)->matmul(x.data(), T, w.ref, got.data());
   EXPECT_TRUE(test::matmul_within_bound(x, T, w.ref, got, want, 1e-6));  // eps · Σ|x·w|
+  if (ref::q8_acts_supported(dt)) {  // the default for block weights: 8-bit activations
+    ref::matmul_q8(x.data(), T, w.ref, want.data());
+    cpu::make_cpu_backend(2)->matmul(x.data(), T, w.ref, got.data());
+    EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -2,12 +2,15 @@
 //  - the reference dequantisation (ops/ref/quants.cpp) against gguf-py's independent numpy
 //    dequantizers, bit for bit, on random-but-valid blocks (tests/golden/quants, written by
 //    tools/make_quant_fixtures.py);
-//  - the CPU kernels' in-register decoding against the same values, bit for bit (a matmul with
-//    one-hot activations reads single weights back exactly);
-//  - the CPU matmul against ref::matmul on random blocks and awkward T and N. Tolerance:
-//    |got - want| <= 1e-6 * sum_k |x_k * w_k|. Both sides see identical f32 weights, so the
-//    only difference is summation order (the kernel's two-accumulator vector schedule vs the
-//    reference's serial sum); measured errors are ~1e-7 of that magnitude;
+//  - f32 activations (make_cpu_backend(n, false)): the CPU kernels' in-register decoding
+//    against the same values, bit for bit (a matmul with one-hot activations reads single
+//    weights back exactly), and the CPU matmul against ref::matmul on random blocks and awkward
+//    T and N. Tolerance: |got - want| <= 1e-6 * sum_k |x_k * w_k|. Both sides see identical
+//    f32 weights, so the only difference is summation order (the kernel's two-accumulator
+//    vector schedule vs the reference's serial sum); measured errors are ~1e-7 of that;
+//  - 8-bit activations (the default, ops/ref/qdot.h): the CPU kernels against ref::matmul_q8
+//    bit for bit on every SIMD target, and ref::matmul_q8 against the f32 product within the
+//    activation rounding (half a quantisation step per element, times |w|);
 //  - the exactness contract: rows bitwise independent of T and of the thread count.
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
@@ -23,6 +26,7 @@
 #include "core/dtype.h"
 #include "io/gguf.h"
 #include "io/npy.h"
+#include "ops/ref/qdot.h"
 #include "ops/ref/quants.h"
 #include "ops/ref/ref_ops.h"
 #include "ops_test_util.h"
@@ -110,11 +114,18 @@ TEST_P(QuantGolden, RefAndKernelMatchGgufPy) {
 
   std::vector<float> eye(size_t(K * K), 0.0f), y(size_t(K * N), NAN);
   for (int64_t k = 0; k < K; ++k) eye[size_t(k * K + k)] = 1.0f;
-  cpu::make_cpu_backend(2)->matmul(eye.data(), K, w, y.data());
+  cpu::make_cpu_backend(2, false)->matmul(eye.data(), K, w, y.data());
   for (int64_t k = 0; k < K; ++k)
     for (int64_t n = 0; n < N; ++n)
       ASSERT_EQ(y[size_t(k * N + n)], want.data[size_t(n * K + k)])  // ±0 compare equal
           << dtype_name(t) << " kernel n=" << n << " k=" << k;
+
+  // 8-bit activations over the same blocks: the kernel is the reference, bit for bit.
+  const auto x = randn(size_t(5 * K), 31);
+  std::vector<float> r(size_t(5 * N)), c(size_t(5 * N), NAN);
+  ref::matmul_q8(x.data(), 5, w, r.data());
+  cpu::make_cpu_backend(2)->matmul(x.data(), 5, w, c.data());
+  EXPECT_EQ(0, std::memcmp(r.data(), c.data(), r.size() * 4)) << dtype_name(t);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, QuantGolden, ::testing::ValuesIn(kQuantTypes),
@@ -133,8 +144,77 @@ TEST_P(QuantMatmulVsRef, MatchesReference) {
   QuantWeight w(dt, N, K, 12);
   std::vector<float> want(size_t(T * N)), got(size_t(T * N), NAN);
   ref::matmul(x.data(), T, w.ref, want.data());
-  cpu::make_cpu_backend(2)->matmul(x.data(), T, w.ref, got.data());
+  cpu::make_cpu_backend(2, false)->matmul(x.data(), T, w.ref, got.data());
   EXPECT_TRUE(test::matmul_within_bound(x, T, w.ref, got, want, 1e-6)) << dtype_name(dt);
+
+  std::vector<float> want8(size_t(T * N)), got8(size_t(T * N), NAN);
+  ref::matmul_q8(x.data(), T, w.ref, want8.data());
+  cpu::make_cpu_backend(2)->matmul(x.data(), T, w.ref, got8.data());
+  EXPECT_EQ(0, std::memcmp(want8.data(), got8.data(), want8.size() * 4)) << dtype_name(dt);
+}
+
+// ref::matmul_q8 against the f32 product of the same dequantised weights: each activation is
+// off by at most half its group's step d / 2, so |y8 − y| ≤ Σ_k |w_k| · d(k) / 2, plus float
+// rounding (1e-5 · Σ |x · w|).
+TEST_P(QuantMatmulVsRef, EightBitActivationsWithinTheirRounding) {
+  const auto [dt, T, N, K] = GetParam();
+  const auto x = randn(size_t(T * K), 13);
+  QuantWeight w(dt, N, K, 14);
+  std::vector<float> y(size_t(T * N)), y8(size_t(T * N));
+  ref::matmul(x.data(), T, w.ref, y.data());
+  ref::matmul_q8(x.data(), T, w.ref, y8.data());
+  const int64_t G = ref::q8_group(dt);
+  std::vector<float> row(static_cast<size_t>(K));
+  double worst = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    ref::weight_row_f32(w.ref, n, row.data());
+    for (int64_t t = 0; t < T; ++t) {
+      double bound = 0, mag = 0;
+      for (int64_t g = 0; g < K / G; ++g) {
+        double amax = 0;
+        for (int64_t k = g * G; k < (g + 1) * G; ++k)
+          amax = std::max(amax, std::fabs(double(x[size_t(t * K + k)])));
+        for (int64_t k = g * G; k < (g + 1) * G; ++k) {
+          bound += std::fabs(double(row[size_t(k)])) * amax / 127.0 / 2.0;
+          mag += std::fabs(double(row[size_t(k)]) * x[size_t(t * K + k)]);
+        }
+      }
+      const double err = std::fabs(double(y8[size_t(t * N + n)]) - y[size_t(t * N + n)]);
+      ASSERT_LE(err, bound + 1e-5 * mag) << dtype_name(dt) << " t=" << t << " n=" << n;
+      worst = std::max(worst, err / (bound + 1e-30));
+    }
+  }
+  RecordProperty("worst_error_over_bound", std::to_string(worst));
+}
+
+// Activations that hit ±127 everywhere against weights with every code (Q8_0's −128
+// included): the kernels' 16-bit pair sums must not saturate; zero rows and a NaN propagate
+// as in the f32 path.
+TEST(QuantMatmulQ8, ExtremesZerosAndNaN) {
+  for (DType dt : kQuantTypes) {
+    const int64_t T = 5, N = 9, K = 512;
+    QuantWeight w(dt, N, K, 41);
+    std::vector<float> x(size_t(T * K));
+    for (int64_t k = 0; k < K; ++k) {
+      x[size_t(k)] = 3.0f;                          // all +127
+      x[size_t(K + k)] = k % 3 ? -2.0f : 2.0f;      // ±127
+      x[size_t(2 * K + k)] = 0.0f;                  // a zero row
+      x[size_t(3 * K + k)] = k % 2 ? 1e30f : -1e30f;  // huge but finite
+      x[size_t(4 * K + k)] = float(k % 7) - 3.0f;
+    }
+    x[size_t(4 * K + 100)] = NAN;
+    std::vector<float> r(size_t(T * N)), c(size_t(T * N), 1.0f);
+    ref::matmul_q8(x.data(), T, w.ref, r.data());
+    cpu::make_cpu_backend(2)->matmul(x.data(), T, w.ref, c.data());
+    for (int64_t i = 0; i < 4 * N; ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(r[size_t(i)]), std::bit_cast<uint32_t>(c[size_t(i)]))
+          << dtype_name(dt) << " " << i;
+    for (int64_t n = 0; n < N; ++n) {
+      EXPECT_EQ(c[size_t(2 * N + n)], 0.0f) << dtype_name(dt);
+      EXPECT_TRUE(std::isnan(c[size_t(4 * N + n)])) << dtype_name(dt);
+      EXPECT_TRUE(std::isnan(r[size_t(4 * N + n)])) << dtype_name(dt);
+    }
+  }
 }
 
 std::vector<QuantShape> quant_shapes() {
@@ -158,8 +238,9 @@ INSTANTIATE_TEST_SUITE_P(AwkwardShapes, QuantMatmulVsRef, ::testing::ValuesIn(qu
 // The exactness contract at the kernel level, as MatmulExact.RowsIndependentOfTAndThreads.
 TEST(QuantMatmulExact, RowsIndependentOfTAndThreads) {
   const int64_t T = 13, N = 37, K = 512;
-  auto be1 = cpu::make_cpu_backend(1), be2 = cpu::make_cpu_backend(2);
+  for (bool q8 : {true, false})
   for (DType dt : kQuantTypes) {
+    auto be1 = cpu::make_cpu_backend(1, q8), be2 = cpu::make_cpu_backend(2, q8);
     const auto x = randn(size_t(T * K), 3);
     QuantWeight w(dt, N, K, 4);
     std::vector<float> all(size_t(T * N)), all1(size_t(T * N)), one(static_cast<size_t>(N));
@@ -186,7 +267,7 @@ TEST(QuantMatmulTargets, EveryTargetDecodesExactly) {
     ::testing::Test::RecordProperty("targets", tried);
     hwy::SetSupportedTargetsForTest(target);
     ASSERT_STREQ(cpu::simd_target_name(), hwy::TargetName(target));
-    auto be = cpu::make_cpu_backend(2);
+    auto be = cpu::make_cpu_backend(2, false), be8 = cpu::make_cpu_backend(2);
     for (DType t : kQuantTypes) {
       const std::string base =
           test::source_dir() + "/tests/golden/quants/" + std::string(dtype_name(t));
@@ -219,6 +300,10 @@ TEST(QuantMatmulTargets, EveryTargetDecodesExactly) {
               << hwy::TargetName(target) << " " << dtype_name(t);
         }
       }
+      ref::matmul_q8(x.data(), T, w.ref, r.data());
+      be8->matmul(x.data(), T, w.ref, c.data());
+      ASSERT_EQ(0, std::memcmp(r.data(), c.data(), r.size() * 4))
+          << hwy::TargetName(target) << " " << dtype_name(t) << " (8-bit activations)";
     }
   }
 }

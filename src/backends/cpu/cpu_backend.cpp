@@ -12,6 +12,7 @@
 
 #include "backends/cpu/kernels_hwy.h"
 #include "core/error.h"
+#include "ops/ref/qdot.h"
 #include "ops/ref/quantize.h"
 #include "ops/ref/ref_ops.h"
 #include "ops/ref/scaled.h"
@@ -41,10 +42,11 @@ std::string cpu_model_name() {
 
 class CpuBackend final : public HostBackend {
  public:
-  explicit CpuBackend(int n_threads) : pool_(n_threads) {}
+  CpuBackend(int n_threads, bool q8_acts) : pool_(n_threads), q8_acts_(q8_acts) {}
 
   std::string name() const override {
-    return fmt::format("cpu ({}, {} threads)", simd_target_name(), pool_.size());
+    return fmt::format("cpu ({}, {} threads{})", simd_target_name(), pool_.size(),
+                       q8_acts_ ? "" : ", f32 activations");
   }
   bool supports_weight(DType t) const override { return ref::weight_dtype_supported(t); }
 
@@ -185,6 +187,17 @@ class CpuBackend final : public HostBackend {
                    int64_t t_block) {
     const int64_t N = w.rows, K = w.cols;
     const int64_t blocks = (N + grain - 1) / grain;
+    if (q8_acts_ && ref::q8_acts_supported(w.dtype)) {  // rows quantised once, then columns
+      ref::q8_acts_resize(acts_, T, K, ref::q8_group(w.dtype));
+      pool_.parallel_ranges(T, 1, [&](int64_t t0, int64_t t1) {
+        ref::quantize_acts_rows(x, t0, t1, acts_);
+      });
+      pool_.parallel_for(blocks, [&](int64_t b) {
+        const int64_t n0 = b * grain, n1 = std::min(N, n0 + grain);
+        matmul_q8_rows(acts_, w, n0, n1, y, N);
+      });
+      return;
+    }
     const int64_t tb = t_block > 0 ? t_block : T;
     pool_.parallel_for(blocks, [&](int64_t b) {
       const int64_t n0 = b * grain, n1 = std::min(N, n0 + grain);
@@ -205,6 +218,8 @@ class CpuBackend final : public HostBackend {
   const TuneInputs& tune_inputs(const OpShape& s);
 
   ThreadPool pool_;
+  bool q8_acts_;
+  ref::Q8Acts acts_;  // the quantised rows of the current matmul
   std::unique_ptr<TuneInputs> tune_;
 };
 
@@ -274,8 +289,8 @@ const CpuBackend::TuneInputs& CpuBackend::tune_inputs(const OpShape& s) {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int n_threads) {
-  return std::make_unique<CpuBackend>(n_threads);
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, bool q8_acts) {
+  return std::make_unique<CpuBackend>(n_threads, q8_acts);
 }
 
 }  // namespace basalt::cpu

@@ -7,7 +7,9 @@
 
 namespace basalt::cpu {
 
-// n_threads <= 0: all hardware threads.
-std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+// n_threads <= 0: all hardware threads. q8_acts: matmuls over GGUF block-quantised weights
+// quantise their activations to 8 bits and sum integer products (ops/ref/qdot.h, as llama.cpp);
+// false keeps f32 activations against the dequantised weights (ref::matmul's arithmetic).
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, bool q8_acts = true);
 
 }  // namespace basalt::cpu

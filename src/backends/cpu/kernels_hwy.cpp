@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/cpu/kernels_hwy.h"
+#include "backends/cpu/matmul_q8-inl.h"
 #include "backends/cpu/matmul_quant-inl.h"
 #include "core/dtype.h"
 #include "ops/ref/scaled.h"
@@ -239,6 +240,11 @@ void MatmulRows(const float* x, int64_t T, const WeightRef& w, int64_t n0, int64
   }
 }
 
+void MatmulQ8Rows(const ref::Q8Acts& a, const WeightRef& w, int64_t n0, int64_t n1, float* y,
+                  int64_t ldy) {
+  q8::MatmulQ8(a, w, n0, n1, y, ldy);
+}
+
 float DotF32(const float* a, const float* b, int64_t n) {
   float y;
   const RowF32 rows[1] = {RowF32{b}};
@@ -267,6 +273,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace basalt::cpu {
 HWY_EXPORT(MatmulRows);
+HWY_EXPORT(MatmulQ8Rows);
 HWY_EXPORT(DotF32);
 HWY_EXPORT(AxpyF32);
 HWY_EXPORT(TargetName);
@@ -274,6 +281,10 @@ HWY_EXPORT(TargetName);
 void matmul_rows(const float* x, int64_t T, const WeightRef& w, int64_t n0, int64_t n1, float* y,
                  int64_t ldy) {
   HWY_DYNAMIC_DISPATCH(MatmulRows)(x, T, w, n0, n1, y, ldy);
+}
+void matmul_q8_rows(const ref::Q8Acts& a, const WeightRef& w, int64_t n0, int64_t n1, float* y,
+                    int64_t ldy) {
+  HWY_DYNAMIC_DISPATCH(MatmulQ8Rows)(a, w, n0, n1, y, ldy);
 }
 float dot_f32(const float* a, const float* b, int64_t n) {
   return HWY_DYNAMIC_DISPATCH(DotF32)(a, b, n);

@@ -6,12 +6,17 @@
 #include <cstdint>
 
 #include "ops/backend.h"
+#include "ops/ref/qdot.h"
 
 namespace basalt::cpu {
 
 // y[t, n] for t in [0, T), n in [n0, n1): y row stride ldy.
 void matmul_rows(const float* x, int64_t T, const WeightRef& w, int64_t n0, int64_t n1, float* y,
                  int64_t ldy);
+// The same over GGUF block weights with the rows of x already quantised (ops/ref/qdot.h):
+// y[t, n] = ref::q8_dot(row n, activation row t), bit for bit.
+void matmul_q8_rows(const ref::Q8Acts& a, const WeightRef& w, int64_t n0, int64_t n1, float* y,
+                    int64_t ldy);
 // Dot product of two f32 vectors with the same schedule as matmul_rows for F32 weights.
 float dot_f32(const float* a, const float* b, int64_t n);
 // y[i] += s * x[i]

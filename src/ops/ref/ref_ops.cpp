@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "ops/ref/qdot.h"
 #include "ops/ref/quants.h"
 #include "ops/ref/scaled.h"
 
@@ -299,10 +300,14 @@ void gated_add(float* y, const float* s, const float* g, int64_t T, int64_t n) {
 namespace {
 class RefBackend final : public HostBackend {
  public:
-  std::string name() const override { return "ref"; }
+  explicit RefBackend(bool q8_acts) : q8_acts_(q8_acts) {}
+  std::string name() const override { return q8_acts_ ? "ref (q8 activations)" : "ref"; }
   bool supports_weight(DType t) const override { return weight_dtype_supported(t); }
   void matmul(const void* x, int64_t T, const WeightRef& w, float* y) override {
-    ref::matmul(static_cast<const float*>(x), T, w, y);
+    if (q8_acts_ && q8_acts_supported(w.dtype))
+      ref::matmul_q8(static_cast<const float*>(x), T, w, y);
+    else
+      ref::matmul(static_cast<const float*>(x), T, w, y);
   }
   void rmsnorm(const float* x, const float* w, void* y, int64_t rows, int64_t n,
                float eps) override {
@@ -317,12 +322,20 @@ class RefBackend final : public HostBackend {
     ref::swiglu(g, u, static_cast<float*>(o), n);
   }
   void add(float* y, const float* x, int64_t n) override { ref::add(y, x, n); }
-  void moe(const MoeArgs& m) override { ref::moe(m); }
+  void moe(const MoeArgs& m) override {
+    if (q8_acts_)
+      HostBackend::moe(m);  // experts through matmul() above
+    else
+      ref::moe(m);
+  }
+
+ private:
+  bool q8_acts_;
 };
 }  // namespace
 
-std::unique_ptr<Backend> make_ref_backend() {
-  return std::make_unique<RefBackend>();
+std::unique_ptr<Backend> make_ref_backend(bool q8_acts) {
+  return std::make_unique<RefBackend>(q8_acts);
 }
 
 }  // namespace basalt::ref

@@ -35,7 +35,9 @@ void gated_rmsnorm(const float* x, const float* z, const float* w, float* y, int
 void sigmoid_mul(float* y, const float* gate, int64_t n);
 void gated_add(float* y, const float* s, const float* g, int64_t T, int64_t n);
 
-// The reference as a Backend (slow; for tests and as the definition of each op).
-std::unique_ptr<Backend> make_ref_backend();
+// The reference as a Backend (slow; for tests and as the definition of each op). q8_acts:
+// GGUF block-quantised matmuls with 8-bit activations (ref::matmul_q8, ops/ref/qdot.h), the
+// CPU backend's default; false: ref::matmul (f32 activations, dequantised weights).
+std::unique_ptr<Backend> make_ref_backend(bool q8_acts = false);
 
 }  // namespace basalt::ref

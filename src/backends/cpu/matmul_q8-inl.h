@@ -1,0 +1,436 @@
+// Matmul over GGUF block-quantised weights with 8-bit activations (ops/ref/qdot.h defines the
+// arithmetic), included by kernels_hwy.cpp once per SIMD target. Weight codes are unpacked in
+// registers to bytes; byte products are summed in integers, which is exact whatever the
+// instruction mix, so each target only has to keep qdot.h's lane layout (8 lanes of 4
+// consecutive elements per 32) and its float steps (one fma per lane per block, the 8-lane
+// tree, the min term in a scalar fma). Results equal ref::q8_dot bit for bit.
+//
+//  - x86 (AVX2 and up, 256-bit): _mm256_maddubs_epi16 (u8 × s8 → adjacent pairs in i16) then
+//    _mm256_madd_epi16 by the sub-block scale (pairs of pairs in i32): lane m holds elements
+//    4m .. 4m+3, as qdot.h lays out. Signed codes (Q8_0, Q4_0) go through |w| and sign(x, w).
+//  - Arm64 (NEON): vmull_s8 products, vpaddlq_s16 then vpaddq_s32 pair them up the same way,
+//    a sub-block in two 4-lane halves.
+//  - Other targets: ref::q8_dot itself.
+// Tiles: 4 activation rows × 1 weight row (prefill) or 1 × 4 (decode, and leftover rows).
+
+// Highway's per-target include guard idiom.
+#if defined(BASALT_MATMUL_Q8_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef BASALT_MATMUL_Q8_INL_H_
+#undef BASALT_MATMUL_Q8_INL_H_
+#else
+#define BASALT_MATMUL_Q8_INL_H_
+#endif
+
+#include <hwy/cache_control.h>
+#include <hwy/highway.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "core/dtype.h"
+#include "ops/ref/qdot.h"
+
+// Which implementation this pass (target) compiles; redefined on every pass.
+#undef BASALT_Q8_X86
+#undef BASALT_Q8_NEON
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+#define BASALT_Q8_X86 1
+#include <immintrin.h>
+#elif HWY_ARCH_ARM_A64
+#define BASALT_Q8_NEON 1
+#include <arm_neon.h>
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace basalt::cpu {
+namespace HWY_NAMESPACE {
+namespace q8 {
+
+HWY_INLINE float F16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);
+}
+HWY_INLINE uint32_t U32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// The 6-bit scales and mins of a Q4_K / Q5_K block (ref::k_scale_min for all j at once):
+// bytes 0..3 of sc = scales 0..3, 4..7 = scales 4..7; the same for m.
+HWY_INLINE void KScales(const uint8_t* s, uint8_t* sc, uint8_t* m) {
+  const uint32_t a = U32(s), b = U32(s + 4), c = U32(s + 8);
+  const uint32_t lo6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u;
+  const uint32_t sc_lo = a & lo6, m_lo = b & lo6;
+  const uint32_t sc_hi = (c & lo4) | (((a >> 6) & lo2) << 4);
+  const uint32_t m_hi = ((c >> 4) & lo4) | (((b >> 6) & lo2) << 4);
+  std::memcpy(sc, &sc_lo, 4), std::memcpy(sc + 4, &sc_hi, 4);
+  std::memcpy(m, &m_lo, 4), std::memcpy(m + 4, &m_hi, 4);
+}
+
+// What a block contributes besides the lanes: the integer M and the float s_m of qdot.h.
+struct KBlock {
+  float d = 0, dmin = 0;
+  uint8_t sc[8], m[8];
+  int8_t sc6[16];
+  const uint8_t* b = nullptr;
+};
+template <DType kType>
+HWY_INLINE void PrepareK(const uint8_t* b, KBlock& k) {
+  k.b = b;
+  if constexpr (kType == DType::Q6_K) {
+    k.d = F16(b + 208);
+    std::memcpy(k.sc6, b + 192, 16);
+  } else {
+    k.d = F16(b), k.dmin = F16(b + 2);
+    KScales(b + 4, k.sc, k.m);
+  }
+}
+// fma(s_m, float(M), macc) of one block against activation row sums s16 (of this block).
+template <DType kType>
+HWY_INLINE float MinTerm(const KBlock& k, float dx, const int16_t* s16, float macc) {
+  int M = 0;
+  if constexpr (kType == DType::Q6_K) {
+    for (int g = 0; g < 16; ++g) M += k.sc6[g] * s16[g];
+    return std::fma(k.d * dx, float(32 * M), macc);
+  } else {
+    for (int j = 0; j < 8; ++j) M += k.m[j] * (s16[2 * j] + s16[2 * j + 1]);
+    return std::fma(k.dmin * dx, float(M), macc);
+  }
+}
+
+HWY_INLINE float Tree8(const float* a) {
+  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+#if BASALT_Q8_X86
+// ---------------------------------------------------------------- x86, 256-bit
+
+// Codes of sub-block j (32 elements) as unsigned bytes.
+template <DType kType>
+HWY_INLINE __m256i SubCodes(const KBlock& k, int j) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  if constexpr (kType == DType::Q4_K) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k.b + 16 + 32 * (j / 2)));
+    return _mm256_and_si256(_mm256_srli_epi16(v, 4 * (j & 1)), m4);
+  } else if constexpr (kType == DType::Q5_K) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k.b + 48 + 32 * (j / 2)));
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k.b + 16));
+    const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(v, 4 * (j & 1)), m4);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(h, j), _mm256_set1_epi8(1));
+    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+  } else {  // Q6_K
+    const int h = j / 4, q = j % 4;
+    const __m256i l =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k.b + 64 * h + 32 * (q & 1)));
+    const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k.b + 128 + 32 * h));
+    const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(l, 4 * (q >> 1)), m4);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * q), _mm256_set1_epi8(3));
+    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+  }
+}
+// Sub-block j's integer scale per i16 lane (elements 0..15 in lanes 0..7, 16..31 in 8..15).
+template <DType kType>
+HWY_INLINE __m256i SubScale(const KBlock& k, int j) {
+  if constexpr (kType == DType::Q6_K)
+    return _mm256_set_m128i(_mm_set1_epi16(k.sc6[2 * j + 1]), _mm_set1_epi16(k.sc6[2 * j]));
+  else
+    return _mm256_set1_epi16(k.sc[j]);
+}
+
+// R activation rows × C weight rows over K-type blocks.
+template <int R, int C, DType kType>
+HWY_INLINE void TileK(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w, float* y,
+                      int64_t ldy) {
+  constexpr int kBytes = kType == DType::Q4_K ? 144 : kType == DType::Q5_K ? 176 : 210;
+  const int64_t blocks = a.K / 256;
+  __m256 acc[R][C];
+  float macc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps(), macc[r][c] = 0.0f;
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    KBlock kb[C];
+    for (int c = 0; c < C; ++c) {
+      const uint8_t* b = w[c] + blk * kBytes;
+      for (int o = 0; o < kBytes; o += 64) hwy::Prefetch(b + 1024 + o);
+      PrepareK<kType>(b, kb[c]);
+    }
+    __m256i isum[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) isum[r][c] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      __m256i xv[R];
+      for (int r = 0; r < R; ++r)
+        xv[r] = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(a.row_q(t0 + r) + blk * 256 + 32 * j));
+      for (int c = 0; c < C; ++c) {
+        const __m256i wv = SubCodes<kType>(kb[c], j), sv = SubScale<kType>(kb[c], j);
+        for (int r = 0; r < R; ++r)
+          isum[r][c] = _mm256_add_epi32(
+              isum[r][c], _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv[r]), sv));
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const float dx = a.row_d(t0 + r)[blk];
+      const int16_t* s16 = a.row_s16(t0 + r) + blk * 16;
+      for (int c = 0; c < C; ++c) {
+        acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(kb[c].d * dx),
+                                    _mm256_cvtepi32_ps(isum[r][c]), acc[r][c]);
+        macc[r][c] = MinTerm<kType>(kb[c], dx, s16, macc[r][c]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) {
+      alignas(32) float l[8];
+      _mm256_store_ps(l, acc[r][c]);
+      y[r * ldy + c] = Tree8(l) - macc[r][c];
+    }
+}
+
+// Signed codes of a 32-element block.
+template <DType kType>
+HWY_INLINE __m256i Codes32(const uint8_t* b) {
+  if constexpr (kType == DType::Q8_0) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
+  } else {  // Q4_0: low nibbles are elements 0..15, high nibbles 16..31; minus 8
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    const __m256i u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+    return _mm256_sub_epi8(u, _mm256_set1_epi8(8));
+  }
+}
+
+template <int R, int C, DType kType>
+HWY_INLINE void Tile32(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w, float* y,
+                       int64_t ldy) {
+  constexpr int kBytes = kType == DType::Q8_0 ? 34 : 18;
+  const int64_t blocks = a.K / 32;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    __m256i aw[C], wv[C];
+    float dw[C];
+    for (int c = 0; c < C; ++c) {
+      const uint8_t* b = w[c] + blk * kBytes;
+      if (blk % 2 == 0) hwy::Prefetch(b + 1024);
+      dw[c] = F16(b);
+      wv[c] = Codes32<kType>(b);
+      aw[c] = _mm256_sign_epi8(wv[c], wv[c]);  // |w| (−128 reads as 128 unsigned)
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m256i xv =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.row_q(t0 + r) + blk * 32));
+      const float dx = a.row_d(t0 + r)[blk];
+      for (int c = 0; c < C; ++c) {
+        const __m256i p = _mm256_madd_epi16(
+            _mm256_maddubs_epi16(aw[c], _mm256_sign_epi8(xv, wv[c])), ones);
+        acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw[c] * dx), _mm256_cvtepi32_ps(p), acc[r][c]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) {
+      alignas(32) float l[8];
+      _mm256_store_ps(l, acc[r][c]);
+      y[r * ldy + c] = Tree8(l);
+    }
+}
+
+#elif BASALT_Q8_NEON
+// ---------------------------------------------------------------- Arm64 NEON
+
+// Σ over lanes of 4 elements of 16 byte products: lane m = elements 4m .. 4m+3.
+HWY_INLINE int32x4_t Dot16(int8x16_t w, int8x16_t x) {
+  const int16x8_t p0 = vmull_s8(vget_low_s8(w), vget_low_s8(x));
+  const int16x8_t p1 = vmull_high_s8(w, x);
+  return vpaddq_s32(vpaddlq_s16(p0), vpaddlq_s16(p1));
+}
+HWY_INLINE uint8x16_t Shr(uint8x16_t v, int s) {
+  return vshlq_u8(v, vdupq_n_s8(int8_t(-s)));
+}
+
+template <DType kType>
+HWY_INLINE void SubCodes(const KBlock& k, int j, int8x16_t* lo, int8x16_t* hi) {
+  const uint8x16_t m4 = vdupq_n_u8(15);
+  uint8x16_t v[2];
+  for (int half = 0; half < 2; ++half) {
+    const int o = 16 * half;
+    if constexpr (kType == DType::Q4_K) {
+      v[half] = vandq_u8(Shr(vld1q_u8(k.b + 16 + 32 * (j / 2) + o), 4 * (j & 1)), m4);
+    } else if constexpr (kType == DType::Q5_K) {
+      const uint8x16_t l = vandq_u8(Shr(vld1q_u8(k.b + 48 + 32 * (j / 2) + o), 4 * (j & 1)), m4);
+      const uint8x16_t h = vandq_u8(Shr(vld1q_u8(k.b + 16 + o), j), vdupq_n_u8(1));
+      v[half] = vorrq_u8(l, vshlq_n_u8(h, 4));
+    } else {
+      const int hh = j / 4, q = j % 4;
+      const uint8x16_t l =
+          vandq_u8(Shr(vld1q_u8(k.b + 64 * hh + 32 * (q & 1) + o), 4 * (q >> 1)), m4);
+      const uint8x16_t h = vandq_u8(Shr(vld1q_u8(k.b + 128 + 32 * hh + o), 2 * q), vdupq_n_u8(3));
+      v[half] = vorrq_u8(l, vshlq_n_u8(h, 4));
+    }
+  }
+  *lo = vreinterpretq_s8_u8(v[0]);
+  *hi = vreinterpretq_s8_u8(v[1]);
+}
+
+template <int R, int C, DType kType>
+HWY_INLINE void TileK(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w, float* y,
+                      int64_t ldy) {
+  constexpr int kBytes = kType == DType::Q4_K ? 144 : kType == DType::Q5_K ? 176 : 210;
+  const int64_t blocks = a.K / 256;
+  float32x4_t acc[R][C][2];
+  float macc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c)
+      acc[r][c][0] = acc[r][c][1] = vdupq_n_f32(0.0f), macc[r][c] = 0.0f;
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    KBlock kb[C];
+    for (int c = 0; c < C; ++c) PrepareK<kType>(w[c] + blk * kBytes, kb[c]);
+    int32x4_t isum[R][C][2];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) isum[r][c][0] = isum[r][c][1] = vdupq_n_s32(0);
+    for (int j = 0; j < 8; ++j) {
+      int8x16_t xl[R], xh[R];
+      for (int r = 0; r < R; ++r) {
+        const int8_t* xp = a.row_q(t0 + r) + blk * 256 + 32 * j;
+        xl[r] = vld1q_s8(xp), xh[r] = vld1q_s8(xp + 16);
+      }
+      for (int c = 0; c < C; ++c) {
+        int8x16_t wl, wh;
+        SubCodes<kType>(kb[c], j, &wl, &wh);
+        const int s0 = kType == DType::Q6_K ? kb[c].sc6[2 * j] : kb[c].sc[j];
+        const int s1 = kType == DType::Q6_K ? kb[c].sc6[2 * j + 1] : kb[c].sc[j];
+        for (int r = 0; r < R; ++r) {
+          isum[r][c][0] = vmlaq_n_s32(isum[r][c][0], Dot16(wl, xl[r]), s0);
+          isum[r][c][1] = vmlaq_n_s32(isum[r][c][1], Dot16(wh, xh[r]), s1);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const float dx = a.row_d(t0 + r)[blk];
+      const int16_t* s16 = a.row_s16(t0 + r) + blk * 16;
+      for (int c = 0; c < C; ++c) {
+        const float32x4_t s = vdupq_n_f32(kb[c].d * dx);
+        for (int h = 0; h < 2; ++h)
+          acc[r][c][h] = vfmaq_f32(acc[r][c][h], s, vcvtq_f32_s32(isum[r][c][h]));
+        macc[r][c] = MinTerm<kType>(kb[c], dx, s16, macc[r][c]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) {
+      float l[8];
+      vst1q_f32(l, acc[r][c][0]), vst1q_f32(l + 4, acc[r][c][1]);
+      y[r * ldy + c] = Tree8(l) - macc[r][c];
+    }
+}
+
+template <int R, int C, DType kType>
+HWY_INLINE void Tile32(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w, float* y,
+                       int64_t ldy) {
+  constexpr int kBytes = kType == DType::Q8_0 ? 34 : 18;
+  const int64_t blocks = a.K / 32;
+  float32x4_t acc[R][C][2];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c][0] = acc[r][c][1] = vdupq_n_f32(0.0f);
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    int8x16_t wl[C], wh[C];
+    float dw[C];
+    for (int c = 0; c < C; ++c) {
+      const uint8_t* b = w[c] + blk * kBytes;
+      dw[c] = F16(b);
+      if constexpr (kType == DType::Q8_0) {
+        wl[c] = vld1q_s8(reinterpret_cast<const int8_t*>(b + 2));
+        wh[c] = vld1q_s8(reinterpret_cast<const int8_t*>(b + 18));
+      } else {
+        const uint8x16_t v = vld1q_u8(b + 2);
+        const int8x16_t eight = vdupq_n_s8(8);
+        wl[c] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(15))), eight);
+        wh[c] = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), eight);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const int8_t* xp = a.row_q(t0 + r) + blk * 32;
+      const int8x16_t xl = vld1q_s8(xp), xh = vld1q_s8(xp + 16);
+      const float dx = a.row_d(t0 + r)[blk];
+      for (int c = 0; c < C; ++c) {
+        const float32x4_t s = vdupq_n_f32(dw[c] * dx);
+        acc[r][c][0] = vfmaq_f32(acc[r][c][0], s, vcvtq_f32_s32(Dot16(wl[c], xl)));
+        acc[r][c][1] = vfmaq_f32(acc[r][c][1], s, vcvtq_f32_s32(Dot16(wh[c], xh)));
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) {
+      float l[8];
+      vst1q_f32(l, acc[r][c][0]), vst1q_f32(l + 4, acc[r][c][1]);
+      y[r * ldy + c] = Tree8(l);
+    }
+}
+#endif
+
+// y[t, n] for t < a.T, n in [n0, n1).
+template <DType kType>
+HWY_INLINE void MatmulQ8T(const ref::Q8Acts& a, const WeightRef& w, int64_t n0, int64_t n1,
+                          float* y, int64_t ldy) {
+  const auto* p = static_cast<const uint8_t*>(w.data);
+  const int64_t row_bytes = int64_t(dtype_bytes(kType, w.cols)), T = a.T;
+#if BASALT_Q8_X86 || BASALT_Q8_NEON
+  constexpr bool k256 = kType == DType::Q4_K || kType == DType::Q5_K || kType == DType::Q6_K;
+  auto tile = [&]<int R, int C>(int64_t t, const uint8_t* const* rows, float* yt) {
+    if constexpr (k256)
+      TileK<R, C, kType>(a, t, rows, yt, ldy);
+    else
+      Tile32<R, C, kType>(a, t, rows, yt, ldy);
+  };
+  int64_t n = n0;
+  for (; n + 4 <= n1; n += 4) {
+    const uint8_t* rows[4] = {p + n * row_bytes, p + (n + 1) * row_bytes, p + (n + 2) * row_bytes,
+                              p + (n + 3) * row_bytes};
+    int64_t t = 0;
+    for (; t + 4 <= T; t += 4)
+      for (int c = 0; c < 4; ++c) tile.template operator()<4, 1>(t, rows + c, y + t * ldy + n + c);
+    for (; t < T; ++t) tile.template operator()<1, 4>(t, rows, y + t * ldy + n);
+  }
+  for (; n < n1; ++n) {
+    const uint8_t* rows[1] = {p + n * row_bytes};
+    int64_t t = 0;
+    for (; t + 4 <= T; t += 4) tile.template operator()<4, 1>(t, rows, y + t * ldy + n);
+    for (; t < T; ++t) tile.template operator()<1, 1>(t, rows, y + t * ldy + n);
+  }
+#else
+  for (int64_t n = n0; n < n1; ++n)
+    for (int64_t t = 0; t < T; ++t) y[t * ldy + n] = ref::q8_dot(kType, p + n * row_bytes, a, t);
+#endif
+}
+
+HWY_INLINE void MatmulQ8(const ref::Q8Acts& a, const WeightRef& w, int64_t n0, int64_t n1,
+                         float* y, int64_t ldy) {
+  switch (w.dtype) {
+    case DType::Q8_0:
+      return MatmulQ8T<DType::Q8_0>(a, w, n0, n1, y, ldy);
+    case DType::Q4_0:
+      return MatmulQ8T<DType::Q4_0>(a, w, n0, n1, y, ldy);
+    case DType::Q4_K:
+      return MatmulQ8T<DType::Q4_K>(a, w, n0, n1, y, ldy);
+    case DType::Q5_K:
+      return MatmulQ8T<DType::Q5_K>(a, w, n0, n1, y, ldy);
+    case DType::Q6_K:
+      return MatmulQ8T<DType::Q6_K>(a, w, n0, n1, y, ldy);
+    default:
+      HWY_ABORT("q8 matmul: weight dtype %s", std::string(dtype_name(w.dtype)).c_str());
+  }
+}
+
+}  // namespace q8
+}  // namespace HWY_NAMESPACE
+}  // namespace basalt::cpu
+HWY_AFTER_NAMESPACE();
+
+#endif  // BASALT_MATMUL_Q8_INL_H_
