@@ -1,6 +1,7 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace basalt {
 
@@ -19,23 +20,56 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
+namespace {
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+// Spins until pred() holds or `us` microseconds pass; true if it held.
+template <class Pred>
+bool spin_until(Pred pred, int us) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+  for (int i = 0;; ++i) {
+    if (pred()) return true;
+    cpu_relax();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > end) return false;
+  }
+}
+}  // namespace
+
+void ThreadPool::run_tasks(const std::function<void(int64_t)>* fn, int64_t n) {
+  for (;;) {
+    const int64_t i = next_.fetch_add(1, std::memory_order_relaxed);
+    if (i >= n) return;
+    (*fn)(i);
+    done_.fetch_add(1, std::memory_order_release);
+  }
+}
+
 void ThreadPool::worker(int) {
   uint64_t seen = 0;
   for (;;) {
-    std::unique_lock<std::mutex> lk(mu_);
-    cv_start_.wait(lk, [&] { return stop_ || generation_ != seen; });
-    if (stop_) return;
-    seen = generation_;
-    const auto* job = job_;
-    ++active_;
-    for (;;) {
-      if (next_ >= job_n_) break;
-      int64_t i = next_++;
-      lk.unlock();
-      (*job)(i);
-      lk.lock();
+    if (!spin_until([&] { return stop_.load() || generation_.load() != seen; }, kSpinUs)) {
+      std::unique_lock<std::mutex> lk(mu_);
+      ++sleepers_;
+      cv_start_.wait(lk, [&] { return stop_.load() || generation_.load() != seen; });
+      --sleepers_;
     }
-    if (--active_ == 0) cv_done_.notify_all();
+    if (stop_) return;
+    const std::function<void(int64_t)>* job;
+    int64_t n;
+    {
+      std::lock_guard<std::mutex> lk(mu_);  // a consistent (generation, job) pair
+      seen = generation_.load();
+      job = job_;
+      n = job_n_;
+      ++in_flight_;
+    }
+    run_tasks(job, n);
+    --in_flight_;
   }
 }
 
@@ -45,23 +79,22 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn)
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;
   }
-  std::unique_lock<std::mutex> lk(mu_);
-  job_ = &fn;
-  job_n_ = n;
-  next_ = 0;
-  ++generation_;
-  ++active_;
-  cv_start_.notify_all();
-  for (;;) {
-    if (next_ >= job_n_) break;
-    int64_t i = next_++;
-    lk.unlock();
-    fn(i);
-    lk.lock();
+  {
+    // Under the lock no worker can pick up the previous job any more; those holding it only
+    // have an empty counter left to read, and must be out before next_ is reset.
+    std::lock_guard<std::mutex> lk(mu_);
+    while (in_flight_.load() != 0) cpu_relax();
+    job_ = &fn;
+    job_n_ = n;
+    done_ = 0;
+    next_ = 0;
+    ++generation_;
   }
-  --active_;
-  cv_done_.wait(lk, [&] { return active_ == 0; });
-  job_ = nullptr;
+  if (sleepers_.load() > 0) cv_start_.notify_all();
+  run_tasks(&fn, n);
+  if (!spin_until([&] { return done_.load(std::memory_order_acquire) == n; }, 1000))
+    while (done_.load(std::memory_order_acquire) != n) std::this_thread::yield();
+  // No task of fn runs after return (done_ == n); a worker arriving late finds no task left.
 }
 
 void ThreadPool::parallel_ranges(int64_t n, int64_t grain,

@@ -1,7 +1,12 @@
 // ThreadPool: a fixed set of workers running parallel_for over task indices.
 // Kernels split work over *outputs* (rows, columns, heads), never over a reduction, so the
 // thread count cannot change a result (exactness contract, EXACTNESS.md rule 4).
+// A decode step makes hundreds of short parallel_for calls, so workers spin for a short while
+// (kSpinUs) after a job before sleeping, and tasks are claimed with an atomic counter: a wake-up
+// through the kernel costs tens of microseconds, more than many of the jobs themselves.
+// One caller at a time; fn must not call parallel_for on the same pool.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -26,17 +31,22 @@ class ThreadPool {
   void parallel_ranges(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
+  static constexpr int kSpinUs = 200;
   void worker(int id);
+  // Claims and runs tasks of the job until none is left.
+  void run_tasks(const std::function<void(int64_t)>* fn, int64_t n);
   int n_threads_;
   std::vector<std::thread> workers_;
-  std::mutex mu_;
-  std::condition_variable cv_start_, cv_done_;
+  std::mutex mu_;  // guards the job's publication (job_, job_n_) and sleeping
+  std::condition_variable cv_start_;
   const std::function<void(int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0;
-  int64_t next_ = 0;
-  int active_ = 0;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
+  std::atomic<uint64_t> generation_{0};  // bumped when a job is published
+  std::atomic<int64_t> next_{0};         // the next unclaimed task
+  std::atomic<int64_t> done_{0};         // tasks finished
+  std::atomic<int> in_flight_{0};        // workers holding the current job
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> stop_{false};
 };
 
 }  // namespace basalt

@@ -56,11 +56,11 @@ class CpuBackend final : public HostBackend {
   // variant gives the same bits: the recipe may choose them per T (docs/tuning.md).
   void matmul(const void* xv, int64_t T, const WeightRef& w, float* y) override {
     if (!supports_weight(w.dtype)) fail("[cpu] matmul: weight dtype {}", dtype_name(w.dtype));
-    int64_t grain = kDefaultGrain, t_block = 0;
+    int64_t grain = 0, t_block = 0;  // grain 0: auto_grain
     if (!choices_.empty()) {
       const OpShape s{"matmul", kernel_dtype(w), T, w.rows, w.cols};
       if (const KernelVariant* v = choices_.find(s)) {
-        grain = v->param("grain", grain);
+        grain = v->param("grain", 0);
         t_block = v->param("t_block", 0);
       }
     }
@@ -80,9 +80,11 @@ class CpuBackend final : public HostBackend {
   std::vector<OpKernels> kernel_registry() const override {
     OpKernels m;
     m.op = "matmul";
-    m.doc = "columns per task (grain) and rows of x per sweep (t_block): same bits";
-    m.variants.push_back({"cols16", {{"grain", 16}}});  // the default
-    for (int64_t g : {64, 256}) m.variants.push_back({fmt::format("cols{}", g), {{"grain", g}}});
+    m.doc = "columns per task (grain; auto: about 8 tasks per thread) and rows of x per sweep "
+            "(t_block): same bits";
+    m.variants.push_back({"auto", {}});  // the default
+    for (int64_t g : {16, 64, 256})
+      m.variants.push_back({fmt::format("cols{}", g), {{"grain", g}}});
     for (int64_t g : {16, 64})
       for (int64_t tb : {4, 16, 64})
         m.variants.push_back(
@@ -104,7 +106,7 @@ class CpuBackend final : public HostBackend {
     const TuneInputs& in = tune_inputs(s);
     std::vector<float> y(size_t(s.T * s.N));
     VariantRun r;
-    const int64_t grain = v.param("grain", kDefaultGrain), t_block = v.param("t_block", 0);
+    const int64_t grain = v.param("grain", 0), t_block = v.param("t_block", 0);
     size_t copy = 0;
     for (int i = 0; i < warmup + reps; ++i) {
       const WeightRef& w = in.w[copy++ % in.w.size()];
@@ -182,10 +184,16 @@ class CpuBackend final : public HostBackend {
   void add(float* y, const float* x, int64_t n) override { ref::add(y, x, n); }
 
  private:
-  static constexpr int64_t kDefaultGrain = 16;
+  // Columns per task when the recipe names none: about 8 tasks per thread, in multiples of 16
+  // (a task per 16 columns cost a third of the LM head's decode time in scheduling).
+  int64_t auto_grain(int64_t N) const {
+    const int64_t tasks = 8 * int64_t(pool_.size());
+    return std::max<int64_t>(16, (N + tasks * 16 - 1) / (tasks * 16) * 16);
+  }
   void matmul_with(const float* x, int64_t T, const WeightRef& w, float* y, int64_t grain,
                    int64_t t_block) {
     const int64_t N = w.rows, K = w.cols;
+    if (grain <= 0) grain = auto_grain(N);
     const int64_t blocks = (N + grain - 1) / grain;
     if (q8_acts_ && ref::q8_acts_supported(w.dtype)) {  // rows quantised once, then columns
       ref::q8_acts_resize(acts_, T, K, ref::q8_group(w.dtype));

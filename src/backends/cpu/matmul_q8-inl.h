@@ -70,7 +70,7 @@ HWY_INLINE void KScales(const uint8_t* s, uint8_t* sc, uint8_t* m) {
   std::memcpy(m, &m_lo, 4), std::memcpy(m + 4, &m_hi, 4);
 }
 
-// What a block contributes besides the lanes: the integer M and the float s_m of qdot.h.
+// A K-type block's header, decoded once per weight row and block (NEON).
 struct KBlock {
   float d = 0, dmin = 0;
   uint8_t sc[8], m[8];
@@ -88,19 +88,6 @@ HWY_INLINE void PrepareK(const uint8_t* b, KBlock& k) {
     KScales(b + 4, k.sc, k.m);
   }
 }
-// fma(s_m, float(M), macc) of one block against activation row sums s16 (of this block).
-template <DType kType>
-HWY_INLINE float MinTerm(const KBlock& k, float dx, const int16_t* s16, float macc) {
-  int M = 0;
-  if constexpr (kType == DType::Q6_K) {
-    for (int g = 0; g < 16; ++g) M += k.sc6[g] * s16[g];
-    return std::fma(k.d * dx, float(32 * M), macc);
-  } else {
-    for (int j = 0; j < 8; ++j) M += k.m[j] * (s16[2 * j] + s16[2 * j + 1]);
-    return std::fma(k.dmin * dx, float(M), macc);
-  }
-}
-
 HWY_INLINE float Tree8(const float* a) {
   return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
@@ -108,17 +95,51 @@ HWY_INLINE float Tree8(const float* a) {
 #if BASALT_Q8_X86
 // ---------------------------------------------------------------- x86, 256-bit
 
+HWY_INLINE float F16x(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);  // exact, as f16_to_f32
+}
+
+// A K-type block's scales, unpacked once per weight row and block for all activation rows.
+struct KBlockX {
+  const uint8_t* b;
+  float d, dmin;
+  __m256i sc_lo, sc_hi;  // i16 scales: Q4_K/Q5_K: the 8 in both halves (sc_hi unused);
+                         // Q6_K: scales 0..7 (sc_lo) and 8..15 (sc_hi) in both halves
+  __m256i mins;          // madd with a block's s16 gives M(l) (before Q6_K's · 32)
+};
+template <DType kType>
+HWY_INLINE void PrepareKX(const uint8_t* b, KBlockX& k) {
+  k.b = b;
+  if constexpr (kType == DType::Q6_K) {
+    k.d = F16x(b + 208), k.dmin = 0.0f;
+    const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)));
+    k.sc_lo = _mm256_permute2x128_si256(s16, s16, 0x00);
+    k.sc_hi = _mm256_permute2x128_si256(s16, s16, 0x11);
+    k.mins = s16;
+  } else {
+    k.d = F16x(b), k.dmin = F16x(b + 2);
+    alignas(16) uint8_t sc[16], m[16];
+    KScales(b + 4, sc, m);
+    const __m128i s8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc));
+    const __m128i m8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(m));
+    k.sc_lo = k.sc_hi = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(s8));
+    k.mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));  // m0 m0 m1 m1 ... m7 m7
+  }
+}
+
 // Codes of sub-block j (32 elements) as unsigned bytes.
 template <DType kType>
-HWY_INLINE __m256i SubCodes(const KBlock& k, int j) {
+HWY_INLINE __m256i SubCodes(const KBlockX& k, int j) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   if constexpr (kType == DType::Q4_K) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k.b + 16 + 32 * (j / 2)));
-    return _mm256_and_si256(_mm256_srli_epi16(v, 4 * (j & 1)), m4);
+    return _mm256_and_si256(j & 1 ? _mm256_srli_epi16(v, 4) : v, m4);
   } else if constexpr (kType == DType::Q5_K) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k.b + 48 + 32 * (j / 2)));
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k.b + 16));
-    const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(v, 4 * (j & 1)), m4);
+    const __m256i lo = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(v, 4) : v, m4);
     const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(h, j), _mm256_set1_epi8(1));
     return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
   } else {  // Q6_K
@@ -133,11 +154,15 @@ HWY_INLINE __m256i SubCodes(const KBlock& k, int j) {
 }
 // Sub-block j's integer scale per i16 lane (elements 0..15 in lanes 0..7, 16..31 in 8..15).
 template <DType kType>
-HWY_INLINE __m256i SubScale(const KBlock& k, int j) {
-  if constexpr (kType == DType::Q6_K)
-    return _mm256_set_m128i(_mm_set1_epi16(k.sc6[2 * j + 1]), _mm_set1_epi16(k.sc6[2 * j]));
-  else
-    return _mm256_set1_epi16(k.sc[j]);
+HWY_INLINE __m256i SubScale(const KBlockX& k, int j) {
+  if constexpr (kType == DType::Q6_K) {  // scales 2j (low half) and 2j+1 (high half)
+    const int i = 2 * (j % 4);           // their lane within sc_lo / sc_hi
+    const __m256i pick = _mm256_set_m128i(_mm_set1_epi16(int16_t(((2 * i + 3) << 8) | (2 * i + 2))),
+                                          _mm_set1_epi16(int16_t(((2 * i + 1) << 8) | (2 * i))));
+    return _mm256_shuffle_epi8(j < 4 ? k.sc_lo : k.sc_hi, pick);
+  } else {
+    return _mm256_shuffle_epi8(k.sc_lo, _mm256_set1_epi16(int16_t(((2 * j + 1) << 8) | (2 * j))));
+  }
 }
 
 // R activation rows × C weight rows over K-type blocks.
@@ -146,40 +171,45 @@ HWY_INLINE void TileK(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w,
                       int64_t ldy) {
   constexpr int kBytes = kType == DType::Q4_K ? 144 : kType == DType::Q5_K ? 176 : 210;
   const int64_t blocks = a.K / 256;
+  const int8_t* xq[R];
+  const float* xd[R];
+  const int16_t* xs[R];
+  for (int r = 0; r < R; ++r) xq[r] = a.row_q(t0 + r), xd[r] = a.row_d(t0 + r), xs[r] = a.row_s16(t0 + r);
   __m256 acc[R][C];
-  float macc[R][C];
   for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps(), macc[r][c] = 0.0f;
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
   for (int64_t blk = 0; blk < blocks; ++blk) {
-    KBlock kb[C];
+    KBlockX kb[C];
     for (int c = 0; c < C; ++c) {
       const uint8_t* b = w[c] + blk * kBytes;
-      for (int o = 0; o < kBytes; o += 64) hwy::Prefetch(b + 1024 + o);
-      PrepareK<kType>(b, kb[c]);
+      for (int o = 0; o < kBytes; o += 64) hwy::Prefetch(b + 2048 + o);
+      PrepareKX<kType>(b, kb[c]);
     }
     __m256i isum[R][C];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) isum[r][c] = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
-      __m256i xv[R];
-      for (int r = 0; r < R; ++r)
-        xv[r] = _mm256_loadu_si256(
-            reinterpret_cast<const __m256i*>(a.row_q(t0 + r) + blk * 256 + 32 * j));
       for (int c = 0; c < C; ++c) {
         const __m256i wv = SubCodes<kType>(kb[c], j), sv = SubScale<kType>(kb[c], j);
-        for (int r = 0; r < R; ++r)
-          isum[r][c] = _mm256_add_epi32(
-              isum[r][c], _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv[r]), sv));
+        for (int r = 0; r < R; ++r) {
+          const __m256i xv =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[r] + blk * 256 + 32 * j));
+          isum[r][c] =
+              _mm256_add_epi32(isum[r][c], _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), sv));
+        }
       }
     }
     for (int r = 0; r < R; ++r) {
-      const float dx = a.row_d(t0 + r)[blk];
-      const int16_t* s16 = a.row_s16(t0 + r) + blk * 16;
+      const float dx = xd[r][blk];
+      const __m256i s16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[r] + blk * 16));
       for (int c = 0; c < C; ++c) {
-        acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(kb[c].d * dx),
-                                    _mm256_cvtepi32_ps(isum[r][c]), acc[r][c]);
-        macc[r][c] = MinTerm<kType>(kb[c], dx, s16, macc[r][c]);
+        const float s = kb[c].d * dx;
+        acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(s), _mm256_cvtepi32_ps(isum[r][c]), acc[r][c]);
+        __m256i M = _mm256_madd_epi16(kb[c].mins, s16);
+        if constexpr (kType == DType::Q6_K) M = _mm256_slli_epi32(M, 5);
+        const float sm = kType == DType::Q6_K ? s : kb[c].dmin * dx;
+        acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(-sm), _mm256_cvtepi32_ps(M), acc[r][c]);
       }
     }
   }
@@ -187,7 +217,7 @@ HWY_INLINE void TileK(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w,
     for (int c = 0; c < C; ++c) {
       alignas(32) float l[8];
       _mm256_store_ps(l, acc[r][c]);
-      y[r * ldy + c] = Tree8(l) - macc[r][c];
+      y[r * ldy + c] = Tree8(l);
     }
 }
 
@@ -210,6 +240,9 @@ HWY_INLINE void Tile32(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w
   constexpr int kBytes = kType == DType::Q8_0 ? 34 : 18;
   const int64_t blocks = a.K / 32;
   const __m256i ones = _mm256_set1_epi16(1);
+  const int8_t* xq[R];
+  const float* xd[R];
+  for (int r = 0; r < R; ++r) xq[r] = a.row_q(t0 + r), xd[r] = a.row_d(t0 + r);
   __m256 acc[R][C];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
@@ -219,14 +252,13 @@ HWY_INLINE void Tile32(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w
     for (int c = 0; c < C; ++c) {
       const uint8_t* b = w[c] + blk * kBytes;
       if (blk % 2 == 0) hwy::Prefetch(b + 1024);
-      dw[c] = F16(b);
+      dw[c] = F16x(b);
       wv[c] = Codes32<kType>(b);
       aw[c] = _mm256_sign_epi8(wv[c], wv[c]);  // |w| (−128 reads as 128 unsigned)
     }
     for (int r = 0; r < R; ++r) {
-      const __m256i xv =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.row_q(t0 + r) + blk * 32));
-      const float dx = a.row_d(t0 + r)[blk];
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[r] + blk * 32));
+      const float dx = xd[r][blk];
       for (int c = 0; c < C; ++c) {
         const __m256i p = _mm256_madd_epi16(
             _mm256_maddubs_epi16(aw[c], _mm256_sign_epi8(xv, wv[c])), ones);
@@ -285,10 +317,8 @@ HWY_INLINE void TileK(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w,
   constexpr int kBytes = kType == DType::Q4_K ? 144 : kType == DType::Q5_K ? 176 : 210;
   const int64_t blocks = a.K / 256;
   float32x4_t acc[R][C][2];
-  float macc[R][C];
   for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c)
-      acc[r][c][0] = acc[r][c][1] = vdupq_n_f32(0.0f), macc[r][c] = 0.0f;
+    for (int c = 0; c < C; ++c) acc[r][c][0] = acc[r][c][1] = vdupq_n_f32(0.0f);
   for (int64_t blk = 0; blk < blocks; ++blk) {
     KBlock kb[C];
     for (int c = 0; c < C; ++c) PrepareK<kType>(w[c] + blk * kBytes, kb[c]);
@@ -315,11 +345,26 @@ HWY_INLINE void TileK(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w,
     for (int r = 0; r < R; ++r) {
       const float dx = a.row_d(t0 + r)[blk];
       const int16_t* s16 = a.row_s16(t0 + r) + blk * 16;
+      const int16x8_t s_lo = vld1q_s16(s16), s_hi = vld1q_s16(s16 + 8);
       for (int c = 0; c < C; ++c) {
-        const float32x4_t s = vdupq_n_f32(kb[c].d * dx);
-        for (int h = 0; h < 2; ++h)
-          acc[r][c][h] = vfmaq_f32(acc[r][c][h], s, vcvtq_f32_s32(isum[r][c][h]));
-        macc[r][c] = MinTerm<kType>(kb[c], dx, s16, macc[r][c]);
+        const float s = kb[c].d * dx;
+        int32x4_t M[2];
+        if constexpr (kType == DType::Q6_K) {  // M(l) = 32 · (sc[2l] s16[2l] + sc[2l+1] s16[2l+1])
+          const int16x8_t sc_lo = vmovl_s8(vld1_s8(kb[c].sc6)), sc_hi = vmovl_s8(vld1_s8(kb[c].sc6 + 8));
+          M[0] = vshlq_n_s32(vpaddq_s32(vmull_s16(vget_low_s16(sc_lo), vget_low_s16(s_lo)),
+                                        vmull_high_s16(sc_lo, s_lo)), 5);
+          M[1] = vshlq_n_s32(vpaddq_s32(vmull_s16(vget_low_s16(sc_hi), vget_low_s16(s_hi)),
+                                        vmull_high_s16(sc_hi, s_hi)), 5);
+        } else {  // M(l) = m(l) · (s16[2l] + s16[2l+1])
+          const uint16x8_t m16 = vmovl_u8(vld1_u8(kb[c].m));
+          M[0] = vmulq_s32(vpaddlq_s16(s_lo), vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(m16))));
+          M[1] = vmulq_s32(vpaddlq_s16(s_hi), vreinterpretq_s32_u32(vmovl_high_u16(m16)));
+        }
+        const float sm = kType == DType::Q6_K ? s : kb[c].dmin * dx;
+        for (int h = 0; h < 2; ++h) {
+          acc[r][c][h] = vfmaq_f32(acc[r][c][h], vdupq_n_f32(s), vcvtq_f32_s32(isum[r][c][h]));
+          acc[r][c][h] = vfmaq_f32(acc[r][c][h], vdupq_n_f32(-sm), vcvtq_f32_s32(M[h]));
+        }
       }
     }
   }
@@ -327,7 +372,7 @@ HWY_INLINE void TileK(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w,
     for (int c = 0; c < C; ++c) {
       float l[8];
       vst1q_f32(l, acc[r][c][0]), vst1q_f32(l + 4, acc[r][c][1]);
-      y[r * ldy + c] = Tree8(l) - macc[r][c];
+      y[r * ldy + c] = Tree8(l);
     }
 }
 
@@ -396,7 +441,8 @@ HWY_INLINE void MatmulQ8T(const ref::Q8Acts& a, const WeightRef& w, int64_t n0, 
     int64_t t = 0;
     for (; t + 4 <= T; t += 4)
       for (int c = 0; c < 4; ++c) tile.template operator()<4, 1>(t, rows + c, y + t * ldy + n + c);
-    for (; t < T; ++t) tile.template operator()<1, 4>(t, rows, y + t * ldy + n);
+    for (; t < T; ++t)
+      for (int c = 0; c < 4; ++c) tile.template operator()<1, 1>(t, rows + c, y + t * ldy + n + c);
   }
   for (; n < n1; ++n) {
     const uint8_t* rows[1] = {p + n * row_bytes};

@@ -113,7 +113,7 @@ float q8_dot(DType t, const uint8_t* wrow, const Q8Acts& a, int64_t row) {
   const float* dx = a.row_d(row);
   const int8_t* qx = a.row_q(row);
   const int16_t* s16 = a.row_s16(row);
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, macc = 0.0f;
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   for (int64_t blk = 0; blk < K / be; ++blk) {
     const uint8_t* b = wrow + blk * bb;
     const int8_t* xb = qx + blk * be;
@@ -144,18 +144,18 @@ float q8_dot(DType t, const uint8_t* wrow, const Q8Acts& a, int64_t row) {
         I[l] += s * p;
       }
     const float s = dw * dx[blk];
-    for (int l = 0; l < 8; ++l) acc[l] = std::fma(s, float(I[l]), acc[l]);
-    if (t == DType::Q4_K || t == DType::Q5_K) {
-      int M = 0;
-      for (int j = 0; j < 8; ++j) M += mn[j] * (s16[16 * blk + 2 * j] + s16[16 * blk + 2 * j + 1]);
-      macc = std::fma(dmin * dx[blk], float(M), macc);
-    } else if (t == DType::Q6_K) {
-      int M = 0;
-      for (int g = 0; g < 16; ++g) M += int8_t(b[192 + g]) * s16[16 * blk + g];
-      macc = std::fma(s, float(32 * M), macc);
+    for (int l = 0; l < 8; ++l) {
+      acc[l] = std::fma(s, float(I[l]), acc[l]);
+      const int16_t* sb = s16 + 16 * blk + 2 * l;
+      if (t == DType::Q4_K || t == DType::Q5_K)
+        acc[l] = std::fma(-(dmin * dx[blk]), float(mn[l] * (sb[0] + sb[1])), acc[l]);
+      else if (t == DType::Q6_K)
+        acc[l] = std::fma(-s, float(32 * (int8_t(b[192 + 2 * l]) * sb[0] +
+                                          int8_t(b[193 + 2 * l]) * sb[1])),
+                          acc[l]);
     }
   }
-  return tree8(acc) - macc;
+  return tree8(acc);
 }
 
 void matmul_q8(const float* x, int64_t T, const WeightRef& w, float* y) {

@@ -16,18 +16,19 @@
 // (lane l: elements 4l .. 4l+3). P(j, l) = Σ over lane l of sub-block j of qw · qx is an
 // exact integer (qw the weight's integer code, below), and so are the per-lane block sums
 // I(l) = Σ_j sc(j, l) · P(j, l) with the sub-block's integer scale sc (1 for Q8_0 / Q4_0).
-// Then, per block, with s = dw · dx (one f32 product) and fma rounding once:
-//   acc[l] = fma(s, float(I(l)), acc[l])            for l = 0 .. 7
-//   macc   = fma(s_m, float(M), macc)                (K types only; M an exact integer)
-// and y = ((acc0 + acc1) + (acc2 + acc3)) + ((acc4 + acc5) + (acc6 + acc7)) − macc.
-// Per type (codes as in ops/ref/quants.h):
+// Then, per block, with s = dw · dx (one f32 product) and fma rounding once, for l = 0 .. 7:
+//   acc[l] = fma(s, float(I(l)), acc[l])
+//   acc[l] = fma(−s_m, float(M(l)), acc[l])          (K types only; M(l) an exact integer)
+// and y = ((acc0 + acc1) + (acc2 + acc3)) + ((acc4 + acc5) + (acc6 + acc7)).
+// Per type (codes as in ops/ref/quants.h; S(j) = s16[2j] + s16[2j+1], the sum of sub-block j):
 //   Q8_0  qw = q (−128 .. 127), dw = d, blocks of 32 (one sub-block)
 //   Q4_0  qw = q − 8 (−8 .. 7), dw = d
 //   Q4_K  qw = q (0 .. 15), sc = 6-bit scale of sub-block j, dw = d;
-//         M = Σ_j m(j) · (s16[2j] + s16[2j+1]), s_m = dmin · dx
+//         M(l) = m(l) · S(l) (lane l carries sub-block l's min), s_m = dmin · dx
 //   Q5_K  as Q4_K with qw = q (0 .. 31)
 //   Q6_K  qw = q + 32 (0 .. 63), sc = scales[2j] for lanes 0..3 and scales[2j+1] for lanes
-//         4..7, dw = d; M = 32 · Σ_g scales[g] · s16[g] (takes the + 32 back), s_m = s
+//         4..7, dw = d; M(l) = 32 · (scales[2l] · s16[2l] + scales[2l+1] · s16[2l+1]) (takes
+//         the + 32 back), s_m = s
 // The integers fit: |I(l)| < 2^31, and the sum of two adjacent products stays inside 16 bits
 // for every type (at most 2 · 128 · 127, which the kernels' 16-bit pair sums need). Rows are quantised alone, so a row's result does not depend on T.
 #pragma once
