@@ -255,6 +255,49 @@ TEST(QuantMatmulExact, RowsIndependentOfTAndThreads) {
   }
 }
 
+// The vector activation quantiser against ref::quantize_acts_rows on every target: ties
+// (x · 127 / amax exactly halfway) round to even in both, a group with a NaN or an infinity goes
+// to the reference's rule, zero groups stay zero.
+TEST(QuantActs, EveryTargetQuantisesLikeTheReference) {
+  struct Reset {
+    ~Reset() { hwy::SetSupportedTargetsForTest(0); }
+  } reset;
+  const int64_t T = 3, K = 512;
+  std::vector<float> x = randn(size_t(T * K), 51);
+  for (int64_t k = 0; k < 32; ++k) x[size_t(k)] = float(k % 8) - 3.5f;  // halves
+  x[31] = 127.0f;                                                        // amax: id = 1
+  for (int64_t k = 32; k < 64; ++k) x[size_t(k)] = 0.0f;
+  x[size_t(K + 40)] = NAN;
+  x[size_t(2 * K + 300)] = INFINITY;
+  for (int64_t G : {32, 256}) {
+    ref::Q8Acts want, got;
+    ref::q8_acts_resize(want, T, K, G);
+    ref::q8_acts_resize(got, T, K, G);
+    ref::quantize_acts_rows(x.data(), 0, T, want);
+    for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+      hwy::SetSupportedTargetsForTest(target);
+      cpu::quantize_acts_rows(x.data(), 0, T, got);
+      EXPECT_EQ(want.q, got.q) << hwy::TargetName(target) << " G " << G;
+      EXPECT_EQ(want.s16, got.s16) << hwy::TargetName(target) << " G " << G;
+      ASSERT_EQ(want.d.size(), got.d.size());
+      for (size_t i = 0; i < want.d.size(); ++i)
+        EXPECT_EQ(std::bit_cast<uint32_t>(want.d[i]), std::bit_cast<uint32_t>(got.d[i]))
+            << hwy::TargetName(target) << " G " << G << " group " << i;
+    }
+    hwy::SetSupportedTargetsForTest(0);
+  }
+  // The halves of the first group: 127 / 127 = 1, so x itself rounds half to even.
+  ref::Q8Acts a;
+  ref::q8_acts_resize(a, T, K, 32);
+  ref::quantize_acts_rows(x.data(), 0, 1, a);
+  EXPECT_EQ(a.q[0], -4);  // -3.5
+  EXPECT_EQ(a.q[1], -2);  // -2.5
+  EXPECT_EQ(a.q[3], 0);   // -0.5
+  EXPECT_EQ(a.q[4], 0);   // 0.5
+  EXPECT_EQ(a.q[5], 2);   // 1.5
+  EXPECT_EQ(a.d[1], 0.0f);
+}
+
 // Every SIMD target compiled in and supported by this CPU (AVX-512: 16 lanes, AVX2: 8,
 // SSE4: 4, emulated: 1 or 4 ...) decodes every golden weight bit for bit and matches ref::matmul.
 TEST(QuantMatmulTargets, EveryTargetDecodesExactly) {

@@ -198,7 +198,7 @@ class CpuBackend final : public HostBackend {
     if (q8_acts_ && ref::q8_acts_supported(w.dtype)) {  // rows quantised once, then columns
       ref::q8_acts_resize(acts_, T, K, ref::q8_group(w.dtype));
       pool_.parallel_ranges(T, 1, [&](int64_t t0, int64_t t1) {
-        ref::quantize_acts_rows(x, t0, t1, acts_);
+        cpu::quantize_acts_rows(x, t0, t1, acts_);
       });
       pool_.parallel_for(blocks, [&](int64_t b) {
         const int64_t n0 = b * grain, n1 = std::min(N, n0 + grain);

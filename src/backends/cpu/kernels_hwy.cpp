@@ -94,23 +94,40 @@ HWY_INLINE void Tile(const float* x, int64_t ldx, const Row* rows, int64_t K, fl
   }
 }
 
-template <class Row, class MakeRow>
-HWY_INLINE void MatmulT(const float* x, int64_t T, int64_t K, int64_t n0, int64_t n1, float* y,
-                        int64_t ldy, MakeRow make_row) {
-  constexpr int kC = 4;
+// Tiles of kR rows of x × kC weight rows keep 2·kR·kC accumulators, kC pairs of weight vectors
+// and a pair of x vectors in registers: 2 × 2 (prefill) and 1 × 3 (decode) fit the 16 vector
+// registers of AVX2 (4 × 4 spilled and ran at a third of the FMA rate). The tile shape never
+// changes a dot product's schedule.
+template <int kR, int kC, class Row, class MakeRow>
+HWY_INLINE void MatmulTiles(const float* x, int64_t T, int64_t K, int64_t n0, int64_t n1,
+                            float* y, int64_t ldy, MakeRow make_row) {
   int64_t n = n0;
   for (; n + kC <= n1; n += kC) {
-    const Row rows[kC] = {make_row(n), make_row(n + 1), make_row(n + 2), make_row(n + 3)};
+    Row rows[kC];
+    for (int c = 0; c < kC; ++c) rows[c] = make_row(n + c);
     int64_t t = 0;
-    for (; t + 4 <= T; t += 4) Tile<4, kC>(x + t * K, K, rows, K, y + t * ldy + n, ldy);
+    for (; t + kR <= T; t += kR) Tile<kR, kC>(x + t * K, K, rows, K, y + t * ldy + n, ldy);
     for (; t < T; ++t) Tile<1, kC>(x + t * K, K, rows, K, y + t * ldy + n, ldy);
   }
   for (; n < n1; ++n) {
     const Row rows[1] = {make_row(n)};
     int64_t t = 0;
-    for (; t + 4 <= T; t += 4) Tile<4, 1>(x + t * K, K, rows, K, y + t * ldy + n, ldy);
+    for (; t + kR <= T; t += kR) Tile<kR, 1>(x + t * K, K, rows, K, y + t * ldy + n, ldy);
     for (; t < T; ++t) Tile<1, 1>(x + t * K, K, rows, K, y + t * ldy + n, ldy);
   }
+}
+
+// Tiles of R rows of x × C weight rows keep 2·R·C accumulators, C pairs of weight vectors and a
+// pair of x vectors in registers: 2 × 2 (prefill) and 1 × 3 (decode) fit the 16 vector
+// registers of AVX2 (4 × 4 spilled and ran at a third of the FMA rate). The tile shape never
+// changes a dot product's schedule.
+template <class Row, class MakeRow>
+HWY_INLINE void MatmulT(const float* x, int64_t T, int64_t K, int64_t n0, int64_t n1, float* y,
+                        int64_t ldy, MakeRow make_row) {
+  if (T >= 2)
+    MatmulTiles<2, 2, Row>(x, T, K, n0, n1, y, ldy, make_row);
+  else
+    MatmulTiles<1, 3, Row>(x, T, K, n0, n1, y, ldy, make_row);
 }
 
 // Scaled formats (ops/ref/scaled.h): y[t, n] = factor(n) · Σ_k inner(n, k) · x[t, k]. The inner
@@ -245,6 +262,50 @@ void MatmulQ8Rows(const ref::Q8Acts& a, const WeightRef& w, int64_t n0, int64_t 
   q8::MatmulQ8(a, w, n0, n1, y, ldy);
 }
 
+// ref::quantize_acts_rows in vectors: the same products x · (127 / amax), rounded to nearest
+// even (hn::Round = std::nearbyint), clamped, so the same codes; a group with a non-finite value
+// goes through the reference.
+void QuantizeActsRows(const float* x, int64_t t0, int64_t t1, ref::Q8Acts& a) {
+  const DF d;
+  const hn::Rebind<int32_t, DF> di;
+  const hn::Rebind<int8_t, DF> d8;
+  const int64_t L = int64_t(hn::Lanes(d)), K = a.K, G = a.G;
+  const auto lo = hn::Set(d, -127.0f), hi = hn::Set(d, 127.0f);
+  for (int64_t t = t0; t < t1; ++t) {
+    const float* xr = x + t * K;
+    float* dq = a.d.data() + t * (K / G);
+    int8_t* q = a.q.data() + t * K;
+    for (int64_t g = 0; g < K / G; ++g) {
+      const float* xg = xr + g * G;
+      auto vmax = hn::Zero(d);
+      auto finite = hn::IsFinite(hn::LoadU(d, xg));
+      for (int64_t i = 0; i < G; i += L) {
+        const auto v = hn::LoadU(d, xg + i);
+        finite = hn::And(finite, hn::IsFinite(v));
+        vmax = hn::Max(vmax, hn::Abs(v));
+      }
+      if (!hn::AllTrue(d, finite)) {
+        ref::quantize_acts_group(xg, G, dq + g, q + g * G);
+        continue;
+      }
+      const float amax = hn::GetLane(hn::MaxOfLanes(d, vmax));
+      int8_t* qg = q + g * G;
+      if (amax == 0.0f) {
+        dq[g] = 0.0f;
+        std::memset(qg, 0, size_t(G));
+        continue;
+      }
+      dq[g] = amax / 127.0f;
+      const auto id = hn::Set(d, 127.0f / amax);
+      for (int64_t i = 0; i < G; i += L) {
+        const auto r = hn::Min(hn::Max(hn::Round(hn::Mul(hn::LoadU(d, xg + i), id)), lo), hi);
+        hn::StoreU(hn::DemoteTo(d8, hn::ConvertTo(di, r)), d8, qg + i);
+      }
+    }
+    ref::acts_sums16(a, t);
+  }
+}
+
 float DotF32(const float* a, const float* b, int64_t n) {
   float y;
   const RowF32 rows[1] = {RowF32{b}};
@@ -274,6 +335,7 @@ HWY_AFTER_NAMESPACE();
 namespace basalt::cpu {
 HWY_EXPORT(MatmulRows);
 HWY_EXPORT(MatmulQ8Rows);
+HWY_EXPORT(QuantizeActsRows);
 HWY_EXPORT(DotF32);
 HWY_EXPORT(AxpyF32);
 HWY_EXPORT(TargetName);
@@ -285,6 +347,9 @@ void matmul_rows(const float* x, int64_t T, const WeightRef& w, int64_t n0, int6
 void matmul_q8_rows(const ref::Q8Acts& a, const WeightRef& w, int64_t n0, int64_t n1, float* y,
                     int64_t ldy) {
   HWY_DYNAMIC_DISPATCH(MatmulQ8Rows)(a, w, n0, n1, y, ldy);
+}
+void quantize_acts_rows(const float* x, int64_t t0, int64_t t1, ref::Q8Acts& a) {
+  HWY_DYNAMIC_DISPATCH(QuantizeActsRows)(x, t0, t1, a);
 }
 float dot_f32(const float* a, const float* b, int64_t n) {
   return HWY_DYNAMIC_DISPATCH(DotF32)(a, b, n);

@@ -73,37 +73,40 @@ void q8_acts_resize(Q8Acts& a, int64_t T, int64_t K, int64_t G) {
   a.s16.resize(size_t(T * (K / 16)));
 }
 
+void quantize_acts_group(const float* x, int64_t G, float* d, int8_t* q) {
+  float amax = 0.0f;
+  bool finite = true;
+  for (int64_t i = 0; i < G; ++i) {
+    finite = finite && std::isfinite(x[i]);
+    amax = std::max(amax, std::fabs(x[i]));
+  }
+  if (!finite || amax == 0.0f) {
+    *d = finite ? 0.0f : NAN;
+    std::fill(q, q + G, int8_t(0));
+    return;
+  }
+  *d = amax / 127.0f;
+  const float id = 127.0f / amax;
+  for (int64_t i = 0; i < G; ++i)
+    q[i] = int8_t(std::clamp(std::nearbyint(x[i] * id), -127.0f, 127.0f));
+}
+
+void acts_sums16(Q8Acts& a, int64_t t) {
+  const int8_t* q = a.q.data() + t * a.K;
+  int16_t* s = a.s16.data() + t * (a.K / 16);
+  for (int64_t i = 0; i < a.K / 16; ++i) {
+    int sum = 0;
+    for (int k = 0; k < 16; ++k) sum += q[16 * i + k];
+    s[i] = int16_t(sum);
+  }
+}
+
 void quantize_acts_rows(const float* x, int64_t t0, int64_t t1, Q8Acts& a) {
   const int64_t K = a.K, G = a.G;
   for (int64_t t = t0; t < t1; ++t) {
-    const float* xr = x + t * K;
-    float* d = a.d.data() + t * (K / G);
-    int8_t* q = a.q.data() + t * K;
-    for (int64_t g = 0; g < K / G; ++g) {
-      const float* xg = xr + g * G;
-      float amax = 0.0f;
-      bool finite = true;
-      for (int64_t i = 0; i < G; ++i) {
-        finite = finite && std::isfinite(xg[i]);
-        amax = std::max(amax, std::fabs(xg[i]));
-      }
-      int8_t* qg = q + g * G;
-      if (!finite || amax == 0.0f) {
-        d[g] = finite ? 0.0f : NAN;
-        std::fill(qg, qg + G, int8_t(0));
-        continue;
-      }
-      d[g] = amax / 127.0f;
-      const float id = 127.0f / amax;
-      for (int64_t i = 0; i < G; ++i)
-        qg[i] = int8_t(std::clamp(std::nearbyint(xg[i] * id), -127.0f, 127.0f));
-    }
-    int16_t* s = a.s16.data() + t * (K / 16);
-    for (int64_t i = 0; i < K / 16; ++i) {
-      int sum = 0;
-      for (int k = 0; k < 16; ++k) sum += q[16 * i + k];
-      s[i] = int16_t(sum);
-    }
+    for (int64_t g = 0; g < K / G; ++g)
+      quantize_acts_group(x + t * K + g * G, G, a.d.data() + t * (K / G) + g, a.q.data() + t * K + g * G);
+    acts_sums16(a, t);
   }
 }
 

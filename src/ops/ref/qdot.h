@@ -58,6 +58,10 @@ struct Q8Acts {
 // Rows [t0, t1) of x [T, K] into `a` (sized by q8_acts_resize first).
 void q8_acts_resize(Q8Acts& a, int64_t T, int64_t K, int64_t G);
 void quantize_acts_rows(const float* x, int64_t t0, int64_t t1, Q8Acts& a);
+// One group of G values: its scale *d and codes q[G] (the rule above).
+void quantize_acts_group(const float* x, int64_t G, float* d, int8_t* q);
+// s16 of row t from its codes.
+void acts_sums16(Q8Acts& a, int64_t t);
 
 // One dot product as defined above: weight row `wrow` (K / block_elems blocks) with
 // activation row t of `a`.
