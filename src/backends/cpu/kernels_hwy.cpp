@@ -118,16 +118,18 @@ HWY_INLINE void MatmulTiles(const float* x, int64_t T, int64_t K, int64_t n0, in
 }
 
 // Tiles of R rows of x × C weight rows keep 2·R·C accumulators, C pairs of weight vectors and a
-// pair of x vectors in registers: 2 × 2 (prefill) and 1 × 3 (decode) fit the 16 vector
-// registers of AVX2 (4 × 4 spilled and ran at a third of the FMA rate). The tile shape never
+// pair of x vectors in registers. Measured on a 2-core AVX2 EPYC (f16 qwen3-0.6b shapes, sums of
+// medians): 4 × 1 in prefill (each converted weight vector feeds 4 FMAs; 4 × 4 spilled its 32
+// accumulators: 1.35x slower; 2 × 2, 6 × 1, 3 × 2 within 5-30 % behind) and 1 × 1 in decode,
+// where the weights stream once (1 × 3: 1.17x slower, 1 × 4: 1.6x). The tile shape never
 // changes a dot product's schedule.
 template <class Row, class MakeRow>
 HWY_INLINE void MatmulT(const float* x, int64_t T, int64_t K, int64_t n0, int64_t n1, float* y,
                         int64_t ldy, MakeRow make_row) {
-  if (T >= 2)
-    MatmulTiles<2, 2, Row>(x, T, K, n0, n1, y, ldy, make_row);
+  if (T >= 4)
+    MatmulTiles<4, 1, Row>(x, T, K, n0, n1, y, ldy, make_row);
   else
-    MatmulTiles<1, 3, Row>(x, T, K, n0, n1, y, ldy, make_row);
+    MatmulTiles<1, 1, Row>(x, T, K, n0, n1, y, ldy, make_row);
 }
 
 // Scaled formats (ops/ref/scaled.h): y[t, n] = factor(n) · Σ_k inner(n, k) · x[t, k]. The inner
@@ -257,9 +259,9 @@ void MatmulRows(const float* x, int64_t T, const WeightRef& w, int64_t n0, int64
   }
 }
 
-void MatmulQ8Rows(const ref::Q8Acts& a, const WeightRef& w, int64_t n0, int64_t n1, float* y,
-                  int64_t ldy) {
-  q8::MatmulQ8(a, w, n0, n1, y, ldy);
+void MatmulQ8Rows(const ref::Q8Acts& a, int64_t t0, int64_t t1, const WeightRef& w, int64_t n0,
+                  int64_t n1, float* y, int64_t ldy) {
+  q8::MatmulQ8(a, t0, t1, w, n0, n1, y, ldy);
 }
 
 // ref::quantize_acts_rows in vectors: the same products x · (127 / amax), rounded to nearest
@@ -344,9 +346,9 @@ void matmul_rows(const float* x, int64_t T, const WeightRef& w, int64_t n0, int6
                  int64_t ldy) {
   HWY_DYNAMIC_DISPATCH(MatmulRows)(x, T, w, n0, n1, y, ldy);
 }
-void matmul_q8_rows(const ref::Q8Acts& a, const WeightRef& w, int64_t n0, int64_t n1, float* y,
-                    int64_t ldy) {
-  HWY_DYNAMIC_DISPATCH(MatmulQ8Rows)(a, w, n0, n1, y, ldy);
+void matmul_q8_rows(const ref::Q8Acts& a, int64_t t0, int64_t t1, const WeightRef& w, int64_t n0,
+                    int64_t n1, float* y, int64_t ldy) {
+  HWY_DYNAMIC_DISPATCH(MatmulQ8Rows)(a, t0, t1, w, n0, n1, y, ldy);
 }
 void quantize_acts_rows(const float* x, int64_t t0, int64_t t1, ref::Q8Acts& a) {
   HWY_DYNAMIC_DISPATCH(QuantizeActsRows)(x, t0, t1, a);

@@ -14,9 +14,10 @@ namespace basalt::cpu {
 void matmul_rows(const float* x, int64_t T, const WeightRef& w, int64_t n0, int64_t n1, float* y,
                  int64_t ldy);
 // The same over GGUF block weights with the rows of x already quantised (ops/ref/qdot.h):
-// y[t, n] = ref::q8_dot(row n, activation row t), bit for bit.
-void matmul_q8_rows(const ref::Q8Acts& a, const WeightRef& w, int64_t n0, int64_t n1, float* y,
-                    int64_t ldy);
+// y[t, n] = ref::q8_dot(row n, activation row t) for t in [t0, t1), bit for bit (y row t at
+// y + t * ldy).
+void matmul_q8_rows(const ref::Q8Acts& a, int64_t t0, int64_t t1, const WeightRef& w, int64_t n0,
+                    int64_t n1, float* y, int64_t ldy);
 // ref::quantize_acts_rows, the same bits, in vectors.
 void quantize_acts_rows(const float* x, int64_t t0, int64_t t1, ref::Q8Acts& a);
 // Dot product of two f32 vectors with the same schedule as matmul_rows for F32 weights.

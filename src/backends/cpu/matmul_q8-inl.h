@@ -420,12 +420,12 @@ HWY_INLINE void Tile32(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w
 }
 #endif
 
-// y[t, n] for t < a.T, n in [n0, n1).
+// y[t, n] for t in [t0, t1), n in [n0, n1).
 template <DType kType>
-HWY_INLINE void MatmulQ8T(const ref::Q8Acts& a, const WeightRef& w, int64_t n0, int64_t n1,
-                          float* y, int64_t ldy) {
+HWY_INLINE void MatmulQ8T(const ref::Q8Acts& a, int64_t t0, int64_t t1, const WeightRef& w,
+                          int64_t n0, int64_t n1, float* y, int64_t ldy) {
   const auto* p = static_cast<const uint8_t*>(w.data);
-  const int64_t row_bytes = int64_t(dtype_bytes(kType, w.cols)), T = a.T;
+  const int64_t row_bytes = int64_t(dtype_bytes(kType, w.cols)), T = t1;
 #if BASALT_Q8_X86 || BASALT_Q8_NEON
   constexpr bool k256 = kType == DType::Q4_K || kType == DType::Q5_K || kType == DType::Q6_K;
   auto tile = [&]<int R, int C>(int64_t t, const uint8_t* const* rows, float* yt) {
@@ -438,7 +438,7 @@ HWY_INLINE void MatmulQ8T(const ref::Q8Acts& a, const WeightRef& w, int64_t n0, 
   for (; n + 4 <= n1; n += 4) {
     const uint8_t* rows[4] = {p + n * row_bytes, p + (n + 1) * row_bytes, p + (n + 2) * row_bytes,
                               p + (n + 3) * row_bytes};
-    int64_t t = 0;
+    int64_t t = t0;
     for (; t + 4 <= T; t += 4)
       for (int c = 0; c < 4; ++c) tile.template operator()<4, 1>(t, rows + c, y + t * ldy + n + c);
     for (; t < T; ++t)
@@ -446,29 +446,29 @@ HWY_INLINE void MatmulQ8T(const ref::Q8Acts& a, const WeightRef& w, int64_t n0, 
   }
   for (; n < n1; ++n) {
     const uint8_t* rows[1] = {p + n * row_bytes};
-    int64_t t = 0;
+    int64_t t = t0;
     for (; t + 4 <= T; t += 4) tile.template operator()<4, 1>(t, rows, y + t * ldy + n);
     for (; t < T; ++t) tile.template operator()<1, 1>(t, rows, y + t * ldy + n);
   }
 #else
   for (int64_t n = n0; n < n1; ++n)
-    for (int64_t t = 0; t < T; ++t) y[t * ldy + n] = ref::q8_dot(kType, p + n * row_bytes, a, t);
+    for (int64_t t = t0; t < T; ++t) y[t * ldy + n] = ref::q8_dot(kType, p + n * row_bytes, a, t);
 #endif
 }
 
-HWY_INLINE void MatmulQ8(const ref::Q8Acts& a, const WeightRef& w, int64_t n0, int64_t n1,
-                         float* y, int64_t ldy) {
+HWY_INLINE void MatmulQ8(const ref::Q8Acts& a, int64_t t0, int64_t t1, const WeightRef& w,
+                         int64_t n0, int64_t n1, float* y, int64_t ldy) {
   switch (w.dtype) {
     case DType::Q8_0:
-      return MatmulQ8T<DType::Q8_0>(a, w, n0, n1, y, ldy);
+      return MatmulQ8T<DType::Q8_0>(a, t0, t1, w, n0, n1, y, ldy);
     case DType::Q4_0:
-      return MatmulQ8T<DType::Q4_0>(a, w, n0, n1, y, ldy);
+      return MatmulQ8T<DType::Q4_0>(a, t0, t1, w, n0, n1, y, ldy);
     case DType::Q4_K:
-      return MatmulQ8T<DType::Q4_K>(a, w, n0, n1, y, ldy);
+      return MatmulQ8T<DType::Q4_K>(a, t0, t1, w, n0, n1, y, ldy);
     case DType::Q5_K:
-      return MatmulQ8T<DType::Q5_K>(a, w, n0, n1, y, ldy);
+      return MatmulQ8T<DType::Q5_K>(a, t0, t1, w, n0, n1, y, ldy);
     case DType::Q6_K:
-      return MatmulQ8T<DType::Q6_K>(a, w, n0, n1, y, ldy);
+      return MatmulQ8T<DType::Q6_K>(a, t0, t1, w, n0, n1, y, ldy);
     default:
       HWY_ABORT("q8 matmul: weight dtype %s", std::string(dtype_name(w.dtype)).c_str());
   }
