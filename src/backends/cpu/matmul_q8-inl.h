@@ -30,6 +30,7 @@
 
 #include "core/dtype.h"
 #include "ops/ref/qdot.h"
+#include "ops/ref/quants.h"
 
 // Which implementation this pass (target) compiles; redefined on every pass.
 #undef BASALT_Q8_X86
@@ -47,11 +48,6 @@ namespace basalt::cpu {
 namespace HWY_NAMESPACE {
 namespace q8 {
 
-HWY_INLINE float F16(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return f16_to_f32(h);
-}
 HWY_INLINE uint32_t U32(const uint8_t* p) {
   uint32_t v;
   std::memcpy(&v, p, 4);
@@ -81,10 +77,10 @@ template <DType kType>
 HWY_INLINE void PrepareK(const uint8_t* b, KBlock& k) {
   k.b = b;
   if constexpr (kType == DType::Q6_K) {
-    k.d = F16(b + 208);
+    k.d = ref::load_f16(b + 208);
     std::memcpy(k.sc6, b + 192, 16);
   } else {
-    k.d = F16(b), k.dmin = F16(b + 2);
+    k.d = ref::load_f16(b), k.dmin = ref::load_f16(b + 2);
     KScales(b + 4, k.sc, k.m);
   }
 }
@@ -389,7 +385,7 @@ HWY_INLINE void Tile32(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w
     float dw[C];
     for (int c = 0; c < C; ++c) {
       const uint8_t* b = w[c] + blk * kBytes;
-      dw[c] = F16(b);
+      dw[c] = ref::load_f16(b);
       if constexpr (kType == DType::Q8_0) {
         wl[c] = vld1q_s8(reinterpret_cast<const int8_t*>(b + 2));
         wh[c] = vld1q_s8(reinterpret_cast<const int8_t*>(b + 18));

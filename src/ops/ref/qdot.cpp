@@ -11,12 +11,6 @@ namespace basalt::ref {
 
 namespace {
 
-float load_f16(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return f16_to_f32(h);
-}
-
 // The weight's integer code qw of element e of a block (qdot.h's table).
 int code(DType t, const uint8_t* b, int e) {
   switch (t) {

@@ -4,14 +4,6 @@
 
 namespace basalt::ref {
 
-namespace {
-float load_f16(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return f16_to_f32(h);
-}
-}  // namespace
-
 void dequant_q8_0(const uint8_t* blocks, int64_t n_blocks, float* out) {
   for (int64_t b = 0; b < n_blocks; ++b, blocks += 34, out += 32) {
     const float d = load_f16(blocks);

@@ -22,10 +22,18 @@
 // d·sc times a 6-bit q) and the final subtraction of the K types; each rounds once.
 #pragma once
 #include <cstdint>
+#include <cstring>
 
 #include "core/dtype.h"
 
 namespace basalt::ref {
+
+// The IEEE half at p (unaligned, little-endian) as f32: the blocks' d and dmin fields.
+inline float load_f16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);
+}
 
 // Scale and min of sub-block j (0..7) from the 12 packed bytes of a Q4_K / Q5_K block.
 inline void k_scale_min(const uint8_t* s, int j, int* sc, int* m) {
