@@ -44,7 +44,12 @@ void ThreadPool::run_tasks(const std::function<void(int64_t)>* fn, int64_t n) {
   for (;;) {
     const int64_t i = next_.fetch_add(1, std::memory_order_relaxed);
     if (i >= n) return;
-    (*fn)(i);
+    try {
+      (*fn)(i);
+    } catch (...) {  // kept for the caller, which rethrows once every task has finished
+      std::lock_guard<std::mutex> lk(err_mu_);
+      if (!err_) err_ = std::current_exception();
+    }
     done_.fetch_add(1, std::memory_order_release);
   }
 }
@@ -75,8 +80,14 @@ void ThreadPool::worker(int) {
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
   if (n <= 0) return;
-  if (n_threads_ == 1 || n == 1) {
-    for (int64_t i = 0; i < n; ++i) fn(i);
+  if (n_threads_ == 1 || n == 1) {  // the same semantics without the workers
+    std::exception_ptr e;
+    for (int64_t i = 0; i < n; ++i) try {
+        fn(i);
+      } catch (...) {
+        if (!e) e = std::current_exception();
+      }
+    if (e) std::rethrow_exception(e);
     return;
   }
   {
@@ -95,6 +106,11 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn)
   if (!spin_until([&] { return done_.load(std::memory_order_acquire) == n; }, 1000))
     while (done_.load(std::memory_order_acquire) != n) std::this_thread::yield();
   // No task of fn runs after return (done_ == n); a worker arriving late finds no task left.
+  if (err_) {
+    std::exception_ptr e;
+    std::swap(e, err_);
+    std::rethrow_exception(e);
+  }
 }
 
 void ThreadPool::parallel_ranges(int64_t n, int64_t grain,

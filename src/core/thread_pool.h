@@ -4,11 +4,13 @@
 // A decode step makes hundreds of short parallel_for calls, so workers spin for a short while
 // (kSpinUs) after a job before sleeping, and tasks are claimed with an atomic counter: a wake-up
 // through the kernel costs tens of microseconds, more than many of the jobs themselves.
-// One caller at a time; fn must not call parallel_for on the same pool.
+// One caller at a time; fn must not call parallel_for on the same pool. An exception thrown by a
+// task is rethrown by parallel_for after every task of the job has finished.
 #pragma once
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -47,6 +49,8 @@ class ThreadPool {
   std::atomic<int> in_flight_{0};        // workers holding the current job
   std::atomic<int> sleepers_{0};
   std::atomic<bool> stop_{false};
+  std::mutex err_mu_;
+  std::exception_ptr err_;  // the first exception a task threw in the current job
 };
 
 }  // namespace basalt

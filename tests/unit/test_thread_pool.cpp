@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <stdexcept>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -36,6 +37,25 @@ TEST(ThreadPool, ManyJobsBackToBack) {
   std::atomic<int64_t> sum{0};
   for (int j = 0; j < 2000; ++j) pool.parallel_for(7, [&](int64_t i) { sum += i; });
   EXPECT_EQ(sum.load(), 2000 * 21);
+}
+
+// A task that throws: the caller gets the exception after every other task ran, and the pool
+// keeps working.
+TEST(ThreadPool, ExceptionReachesTheCallerAfterTheJob) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    std::atomic<int> ran{0};
+    EXPECT_THROW(pool.parallel_for(50,
+                                   [&](int64_t i) {
+                                     ran++;
+                                     if (i == 7) throw std::runtime_error("task 7");
+                                   }),
+                 std::runtime_error);
+    EXPECT_EQ(ran.load(), 50) << threads;
+    std::atomic<int64_t> sum{0};
+    pool.parallel_for(10, [&](int64_t i) { sum += i; });
+    EXPECT_EQ(sum.load(), 45) << threads;
+  }
 }
 
 }  // namespace
