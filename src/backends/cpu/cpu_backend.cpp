@@ -193,9 +193,11 @@ class CpuBackend final : public HostBackend {
   void matmul_with(const float* x, int64_t T, const WeightRef& w, float* y, int64_t grain,
                    int64_t t_block) {
     const int64_t N = w.rows, K = w.cols;
-    if (grain <= 0 && t_block <= 0 && T >= 8) {
-      // Prefill without a recipe entry: tiles of 4 rows of x sweep a task's columns, whose
-      // weights stay in a 256 KiB L2 (x streamed once per column instead: 1.4x slower, f16).
+    const bool q8 = q8_acts_ && ref::q8_acts_supported(w.dtype);
+    if (grain <= 0 && t_block <= 0 && T >= 8 && ref::q8_acts_supported(w.dtype)) {
+      // GGUF block-weight prefill without a recipe entry: tiles of 4 rows of x sweep a task's
+      // columns, whose weights stay in a 256 KiB L2. (The F32/F16/BF16/FP8/NVFP4 kernels
+      // block x themselves and keep weights in L1: kernels_hwy.cpp, MatmulT.)
       t_block = 4;
       const int64_t row = int64_t(dtype_bytes(w.dtype, K));
       grain = std::clamp<int64_t>((int64_t(256) << 10) / std::max<int64_t>(row, 1) / 16 * 16, 16,
@@ -204,7 +206,6 @@ class CpuBackend final : public HostBackend {
     if (grain <= 0) grain = auto_grain(N);
     const int64_t blocks = (N + grain - 1) / grain;
     const int64_t tb = t_block > 0 ? t_block : T;
-    const bool q8 = q8_acts_ && ref::q8_acts_supported(w.dtype);
     if (q8) {  // rows quantised once, then tasks over columns as for every dtype
       ref::q8_acts_resize(acts_, T, K, ref::q8_group(w.dtype));
       pool_.parallel_ranges(T, 1, [&](int64_t t0, int64_t t1) {

@@ -1,7 +1,9 @@
 // SIMD kernels of the CPU backend (Highway, runtime dispatch over SSE4/AVX2/AVX-512/NEON).
-// Every dot product uses one fixed schedule per (K, dtype): two vector accumulators over
-// alternating vector steps, a scalar tail, then a fixed combine. Tiling over rows of x or W
-// never changes that schedule, so results do not depend on T or on the thread count.
+// Every dot product uses one fixed schedule per (K, dtype, target): F32, F16, BF16, FP8 and
+// NVFP4 weights one vector accumulator over the vector steps in order, a scalar tail, then a
+// fixed combine; GGUF block weights with f32 activations two accumulators over alternating
+// steps (matmul_quant-inl.h), with 8-bit activations ref::q8_dot. Tiling over rows of x or W
+// never changes a schedule, so results do not depend on T or on the thread count.
 #pragma once
 #include <cstdint>
 
@@ -20,7 +22,8 @@ void matmul_q8_rows(const ref::Q8Acts& a, int64_t t0, int64_t t1, const WeightRe
                     int64_t n1, float* y, int64_t ldy);
 // ref::quantize_acts_rows, the same bits, in vectors.
 void quantize_acts_rows(const float* x, int64_t t0, int64_t t1, ref::Q8Acts& a);
-// Dot product of two f32 vectors with the same schedule as matmul_rows for F32 weights.
+// Dot product of two f32 vectors (attention scores): two accumulators over alternating vector
+// steps, the scalar tail, then a fixed combine.
 float dot_f32(const float* a, const float* b, int64_t n);
 // y[i] += s * x[i]
 void axpy_f32(float* y, float s, const float* x, int64_t n);

@@ -5,9 +5,8 @@
 // then FMA'd with f32 activations. Decoded weights are bit-identical to ref::dequant_*
 // (ops/ref/quants.h): every product is formed in the same order.
 //
-// Schedule (exactness contract): the same as Tile in kernels_hwy.cpp for every dtype —
-// acc0 takes vector steps 0, 2, 4…, acc1 steps 1, 3, 5…, then sum(acc0 + acc1) + 0 (the empty
-// scalar tail). Blocks hold an even number of vector steps (32 or 256 elements, L <= 16), so
+// Schedule (exactness contract), for every block dtype: acc0 takes vector steps 0, 2, 4…,
+// acc1 steps 1, 3, 5…, then sum(acc0 + acc1) + 0. Blocks hold an even number of vector steps (32 or 256 elements, L <= 16), so
 // walking block by block visits the steps in the same order with the same accumulator.
 // Tiling over rows of x or W interleaves dot products but never changes one.
 
@@ -194,11 +193,11 @@ HWY_INLINE void TileQ(const float* x, int64_t ldx, const uint8_t* const* w, int6
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c)  // "+ 0.0f": the empty scalar tail of Tile, kept for bit-equality
+    for (int c = 0; c < C; ++c)  // "+ 0.0f": an empty scalar tail (turns -0 into +0)
       y[r * ldy + c] = hn::GetLane(hn::SumOfLanes(d, hn::Add(a0[r][c], a1[r][c]))) + 0.0f;
 }
 
-// y[t, n] for t < T, n in [n0, n1): tiles of 4 weight rows × 4 activation rows, as MatmulT.
+// y[t, n] for t < T, n in [n0, n1): tiles of 4 weight rows × 4 activation rows.
 template <class Row>
 HWY_INLINE void MatmulQuant(const float* x, int64_t T, const WeightRef& w, int64_t n0, int64_t n1,
                             float* y, int64_t ldy) {
