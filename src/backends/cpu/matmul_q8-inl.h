@@ -11,7 +11,8 @@
 //  - Arm64 (NEON): vmull_s8 products, vpaddlq_s16 then vpaddq_s32 pair them up the same way,
 //    a sub-block in two 4-lane halves.
 //  - Other targets: ref::q8_dot itself.
-// Tiles: 4 activation rows × 1 weight row (prefill) or 1 × 4 (decode, and leftover rows).
+// Tiles: 4 activation rows × 1 weight row (prefill) or 1 × 1 (decode, and leftover rows), in
+// groups of 4 weight rows that share each tile of activation rows.
 
 // Highway's per-target include guard idiom.
 #if defined(BASALT_MATMUL_Q8_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -24,6 +25,7 @@
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -64,28 +66,6 @@ HWY_INLINE void KScales(const uint8_t* s, uint8_t* sc, uint8_t* m) {
   const uint32_t m_hi = ((c >> 4) & lo4) | (((b >> 6) & lo2) << 4);
   std::memcpy(sc, &sc_lo, 4), std::memcpy(sc + 4, &sc_hi, 4);
   std::memcpy(m, &m_lo, 4), std::memcpy(m + 4, &m_hi, 4);
-}
-
-// A K-type block's header, decoded once per weight row and block (NEON).
-struct KBlock {
-  float d = 0, dmin = 0;
-  uint8_t sc[8], m[8];
-  int8_t sc6[16];
-  const uint8_t* b = nullptr;
-};
-template <DType kType>
-HWY_INLINE void PrepareK(const uint8_t* b, KBlock& k) {
-  k.b = b;
-  if constexpr (kType == DType::Q6_K) {
-    k.d = ref::load_f16(b + 208);
-    std::memcpy(k.sc6, b + 192, 16);
-  } else {
-    k.d = ref::load_f16(b), k.dmin = ref::load_f16(b + 2);
-    KScales(b + 4, k.sc, k.m);
-  }
-}
-HWY_INLINE float Tree8(const float* a) {
-  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
 #if BASALT_Q8_X86
@@ -213,7 +193,7 @@ HWY_INLINE void TileK(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w,
     for (int c = 0; c < C; ++c) {
       alignas(32) float l[8];
       _mm256_store_ps(l, acc[r][c]);
-      y[r * ldy + c] = Tree8(l);
+      y[r * ldy + c] = ref::q8_tree8(l);
     }
 }
 
@@ -266,12 +246,31 @@ HWY_INLINE void Tile32(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w
     for (int c = 0; c < C; ++c) {
       alignas(32) float l[8];
       _mm256_store_ps(l, acc[r][c]);
-      y[r * ldy + c] = Tree8(l);
+      y[r * ldy + c] = ref::q8_tree8(l);
     }
 }
 
 #elif BASALT_Q8_NEON
 // ---------------------------------------------------------------- Arm64 NEON
+
+// A K-type block's header, decoded once per weight row and block.
+struct KBlock {
+  float d = 0, dmin = 0;
+  uint8_t sc[8], m[8];
+  int8_t sc6[16];
+  const uint8_t* b = nullptr;
+};
+template <DType kType>
+HWY_INLINE void PrepareK(const uint8_t* b, KBlock& k) {
+  k.b = b;
+  if constexpr (kType == DType::Q6_K) {
+    k.d = ref::load_f16(b + 208);
+    std::memcpy(k.sc6, b + 192, 16);
+  } else {
+    k.d = ref::load_f16(b), k.dmin = ref::load_f16(b + 2);
+    KScales(b + 4, k.sc, k.m);
+  }
+}
 
 // Σ over lanes of 4 elements of 16 byte products: lane m = elements 4m .. 4m+3.
 HWY_INLINE int32x4_t Dot16(int8x16_t w, int8x16_t x) {
@@ -368,7 +367,7 @@ HWY_INLINE void TileK(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w,
     for (int c = 0; c < C; ++c) {
       float l[8];
       vst1q_f32(l, acc[r][c][0]), vst1q_f32(l + 4, acc[r][c][1]);
-      y[r * ldy + c] = Tree8(l);
+      y[r * ldy + c] = ref::q8_tree8(l);
     }
 }
 
@@ -411,7 +410,7 @@ HWY_INLINE void Tile32(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w
     for (int c = 0; c < C; ++c) {
       float l[8];
       vst1q_f32(l, acc[r][c][0]), vst1q_f32(l + 4, acc[r][c][1]);
-      y[r * ldy + c] = Tree8(l);
+      y[r * ldy + c] = ref::q8_tree8(l);
     }
 }
 #endif
@@ -430,21 +429,15 @@ HWY_INLINE void MatmulQ8T(const ref::Q8Acts& a, int64_t t0, int64_t t1, const We
     else
       Tile32<R, C, kType>(a, t, rows, yt, ldy);
   };
-  int64_t n = n0;
-  for (; n + 4 <= n1; n += 4) {
-    const uint8_t* rows[4] = {p + n * row_bytes, p + (n + 1) * row_bytes, p + (n + 2) * row_bytes,
-                              p + (n + 3) * row_bytes};
+  for (int64_t n = n0; n < n1; n += 4) {  // groups of 4 columns share each tile of x rows
+    const int64_t nc = std::min<int64_t>(4, n1 - n);
+    const uint8_t* rows[4];
+    for (int64_t c = 0; c < nc; ++c) rows[c] = p + (n + c) * row_bytes;
     int64_t t = t0;
     for (; t + 4 <= T; t += 4)
-      for (int c = 0; c < 4; ++c) tile.template operator()<4, 1>(t, rows + c, y + t * ldy + n + c);
+      for (int64_t c = 0; c < nc; ++c) tile.template operator()<4, 1>(t, rows + c, y + t * ldy + n + c);
     for (; t < T; ++t)
-      for (int c = 0; c < 4; ++c) tile.template operator()<1, 1>(t, rows + c, y + t * ldy + n + c);
-  }
-  for (; n < n1; ++n) {
-    const uint8_t* rows[1] = {p + n * row_bytes};
-    int64_t t = t0;
-    for (; t + 4 <= T; t += 4) tile.template operator()<4, 1>(t, rows, y + t * ldy + n);
-    for (; t < T; ++t) tile.template operator()<1, 1>(t, rows, y + t * ldy + n);
+      for (int64_t c = 0; c < nc; ++c) tile.template operator()<1, 1>(t, rows + c, y + t * ldy + n + c);
   }
 #else
   for (int64_t n = n0; n < n1; ++n)

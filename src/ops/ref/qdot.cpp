@@ -9,38 +9,6 @@
 
 namespace basalt::ref {
 
-namespace {
-
-// The weight's integer code qw of element e of a block (qdot.h's table).
-int code(DType t, const uint8_t* b, int e) {
-  switch (t) {
-    case DType::Q8_0:
-      return int8_t(b[2 + e]);
-    case DType::Q4_0:
-      return int(e < 16 ? b[2 + e] & 15 : b[2 + e - 16] >> 4) - 8;
-    case DType::Q4_K:
-      return (b[16 + 32 * (e / 64) + e % 32] >> (4 * ((e / 32) & 1))) & 15;
-    case DType::Q5_K: {
-      const int j = e / 32, l = e % 32;
-      return ((b[48 + 32 * (j / 2) + l] >> (4 * (j & 1))) & 15) | (((b[16 + l] >> j) & 1) << 4);
-    }
-    case DType::Q6_K: {
-      const int h = e / 128, k = (e % 128) / 32, l = e % 32;
-      const int lo = (b[64 * h + 32 * (k & 1) + l] >> (4 * (k >> 1))) & 15;
-      const int hi = (b[128 + 32 * h + l] >> (2 * k)) & 3;
-      return lo | (hi << 4);
-    }
-    default:
-      fail("[ops] q8 matmul: weight dtype {}", dtype_name(t));
-  }
-}
-
-float tree8(const float* a) {
-  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-}
-
-}  // namespace
-
 bool q8_acts_supported(DType t) {
   switch (t) {
     case DType::Q8_0:
@@ -136,7 +104,7 @@ float q8_dot(DType t, const uint8_t* wrow, const Q8Acts& a, int64_t row) {
     for (int j = 0; j < be / 32; ++j)
       for (int l = 0; l < 8; ++l) {
         int p = 0;
-        for (int i = 4 * l; i < 4 * l + 4; ++i) p += code(t, b, 32 * j + i) * xb[32 * j + i];
+        for (int i = 4 * l; i < 4 * l + 4; ++i) p += block_code(t, b, 32 * j + i) * xb[32 * j + i];
         const int s = t == DType::Q6_K ? int8_t(b[192 + 2 * j + l / 4]) : sc[j];
         I[l] += s * p;
       }
@@ -152,7 +120,7 @@ float q8_dot(DType t, const uint8_t* wrow, const Q8Acts& a, int64_t row) {
                           acc[l]);
     }
   }
-  return tree8(acc);
+  return q8_tree8(acc);
 }
 
 void matmul_q8(const float* x, int64_t T, const WeightRef& w, float* y) {

@@ -30,7 +30,8 @@
 //         4..7, dw = d; M(l) = 32 · (scales[2l] · s16[2l] + scales[2l+1] · s16[2l+1]) (takes
 //         the + 32 back), s_m = s
 // The integers fit: |I(l)| < 2^31, and the sum of two adjacent products stays inside 16 bits
-// for every type (at most 2 · 128 · 127, which the kernels' 16-bit pair sums need). Rows are quantised alone, so a row's result does not depend on T.
+// for every type (at most 2 · 128 · 127, which the kernels' 16-bit pair sums need). Rows are
+// quantised alone, so a row's result does not depend on T.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -62,6 +63,11 @@ void quantize_acts_rows(const float* x, int64_t t0, int64_t t1, Q8Acts& a);
 void quantize_acts_group(const float* x, int64_t G, float* d, int8_t* q);
 // s16 of row t from its codes.
 void acts_sums16(Q8Acts& a, int64_t t);
+
+// The fixed 8-lane tree that ends every dot product above.
+inline float q8_tree8(const float* a) {
+  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
 
 // One dot product as defined above: weight row `wrow` (K / block_elems blocks) with
 // activation row t of `a`.

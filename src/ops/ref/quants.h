@@ -46,6 +46,12 @@ inline void k_scale_min(const uint8_t* s, int j, int* sc, int* m) {
   }
 }
 
+// The integer code of element e (0 .. block elems − 1) of one block, from the layouts above:
+// Q8_0 q (−128 .. 127); Q4_0 q − 8 (−8 .. 7); Q4_K q (0 .. 15); Q5_K q (0 .. 31); Q6_K the
+// stored 6 bits (0 .. 63, so the signed q is code − 32). The dequantisers below and
+// ref::q8_dot (ops/ref/qdot.h) read the blocks through it.
+int block_code(DType t, const uint8_t* block, int e);
+
 void dequant_q4_0(const uint8_t* blocks, int64_t n_blocks, float* out);
 void dequant_q4_k(const uint8_t* blocks, int64_t n_blocks, float* out);
 void dequant_q5_k(const uint8_t* blocks, int64_t n_blocks, float* out);
