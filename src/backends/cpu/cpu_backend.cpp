@@ -134,43 +134,14 @@ class CpuBackend final : public HostBackend {
     ref::rope(x, T, heads, D, rot, cos, sin, style);
   }
 
-  // One task per (query row, head); each visits its keys 0..p in order, so the result of a
-  // query does not depend on which other rows (or sequences) share the pass.
+  // One task per (query row, head); each visits its keys 0..p in order (kernels_hwy.cpp), so
+  // the result of a query does not depend on which other rows (or sequences) share the pass.
+  // Blocks of tasks, about 8 per thread (later rows have more keys: claimed dynamically).
   void attention(const AttentionArgs& a) override {
-    const int64_t group = a.H / a.Hkv;
-    pool_.parallel_for(a.T * a.H, [&](int64_t task) {
-      const int64_t t = task / a.H, h = task % a.H, hk = h / group;
-      const int64_t n_keys = a.pos[t] + 1;
-      thread_local std::vector<float> s, row;
-      if (s.size() < size_t(n_keys)) s.resize(size_t(n_keys));
-      row.resize(size_t(a.D));
-      const bool fp8 = a.kv == DType::F8_E4M3;  // as ref::attention: scales after the sums
-      const float* q = a.q + (t * a.H + h) * a.D;
-      float m = -INFINITY;
-      for (int64_t j = 0; j < n_keys; ++j) {
-        if (fp8)
-          s[size_t(j)] = dot_f32(q, a.fp8_decode(a.k, t, j, hk, row.data()), a.D) *
-                         a.fp8_scale(a.k, t, j, hk) * a.scale;
-        else
-          s[size_t(j)] = dot_f32(q, a.key(t, j) + hk * a.D, a.D) * a.scale;
-        m = std::max(m, s[size_t(j)]);
-      }
-      float sum = 0.0f;
-      for (int64_t j = 0; j < n_keys; ++j) {
-        s[size_t(j)] = std::exp(s[size_t(j)] - m);
-        sum += s[size_t(j)];
-      }
-      float* o = static_cast<float*>(a.out) + (t * a.H + h) * a.D;
-      std::fill(o, o + a.D, 0.0f);
-      for (int64_t j = 0; j < n_keys; ++j) {
-        if (fp8)
-          axpy_f32(o, s[size_t(j)] * a.fp8_scale(a.v, t, j, hk),
-                   a.fp8_decode(a.v, t, j, hk, row.data()), a.D);
-        else
-          axpy_f32(o, s[size_t(j)], a.value(t, j) + hk * a.D, a.D);
-      }
-      const float inv = 1.0f / sum;
-      for (int64_t i = 0; i < a.D; ++i) o[i] *= inv;
+    const int64_t n = a.T * a.H;
+    const int64_t per = std::max<int64_t>(1, n / (8 * int64_t(pool_.size())));
+    pool_.parallel_for((n + per - 1) / per, [&](int64_t b) {
+      attention_tasks(a, b * per, std::min(n, (b + 1) * per));
     });
   }
 

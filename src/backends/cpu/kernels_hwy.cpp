@@ -3,8 +3,10 @@
 #define HWY_TARGET_INCLUDE "backends/cpu/kernels_hwy.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
+#include <hwy/contrib/math/math-inl.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -50,6 +52,40 @@ struct RowF16 {
     return f16_to_f32(u);
   }
 };
+// out[i] = GetLane(SumOfLanes(acc[i])) for i < N, bit for bit. On AVX2 that tree is
+// ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)); eight accumulators at a time go through
+// the same additions transposed (7 shuffles and 7 adds for eight sums instead of 4 + 4 each),
+// which matters where K is a few vectors (64-wide models: the sums were half a tile's work).
+template <int N>
+HWY_INLINE void SumsOfLanes(const hn::Vec<DF>* acc, float* out) {
+  const DF d;
+#if HWY_TARGET == HWY_AVX2
+  int i = 0;
+  if constexpr (N >= 4) {
+    for (; i < N; i += 8) {
+      __m256 v[8];
+      for (int j = 0; j < 8; ++j) v[j] = i + j < N ? acc[i + j].raw : _mm256_setzero_ps();
+      __m256 u[4], p[2];
+      for (int j = 0; j < 4; ++j)  // lanes i and i + 4 of two accumulators: [u_a | u_b]
+        u[j] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * j], v[2 * j + 1], 0x20),
+                             _mm256_permute2f128_ps(v[2 * j], v[2 * j + 1], 0x31));
+      for (int j = 0; j < 2; ++j)  // [u0 + u2 of a, of c, u1 + u3 of a, of c | b, d]
+        p[j] = _mm256_add_ps(_mm256_unpacklo_ps(u[2 * j], u[2 * j + 1]),
+                             _mm256_unpackhi_ps(u[2 * j], u[2 * j + 1]));
+      const __m256 r = _mm256_add_ps(_mm256_shuffle_ps(p[0], p[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                     _mm256_shuffle_ps(p[0], p[1], _MM_SHUFFLE(3, 2, 3, 2)));
+      HWY_ALIGN float f[8];  // accumulators 0, 2, 4, 6 | 1, 3, 5, 7
+      _mm256_store_ps(f, r);
+      constexpr int kAt[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+      for (int j = 0; j < 8 && i + j < N; ++j) out[i + j] = f[kAt[j]];
+    }
+  }
+  for (; i < N; ++i) out[i] = hn::GetLane(hn::SumOfLanes(d, acc[i]));
+#else
+  for (int i = 0; i < N; ++i) out[i] = hn::GetLane(hn::SumOfLanes(d, acc[i]));
+#endif
+}
+
 // R rows of x against C rows of W, one vector accumulator per (r, c) pair. Per pair the
 // schedule is fixed: the vector steps k = 0, L, 2L… in order into that accumulator (one fma per
 // lane and step), then the scalar tail in order, then sum(acc) + tail. The weight vector a step
@@ -72,11 +108,13 @@ HWY_INLINE void Tile(const float* x, int64_t ldx, const Row* rows, int64_t K, fl
       for (int r = 0; r < R; ++r) a[r][c] = hn::MulAdd(xv[r], wv, a[r][c]);
     }
   }
+  float sums[R * C];
+  SumsOfLanes<R * C>(&a[0][0], sums);
   for (int r = 0; r < R; ++r) {
     for (int c = 0; c < C; ++c) {
       float tail = 0.0f;
       for (int64_t j = k; j < K; ++j) tail += x[r * ldx + j] * rows[c].at(j);
-      y[r * ldy + c] = hn::GetLane(hn::SumOfLanes(d, a[r][c])) + tail;
+      y[r * ldy + c] = sums[r * C + c] + tail;
     }
   }
 }
@@ -312,35 +350,130 @@ void QuantizeActsRows(const float* x, int64_t t0, int64_t t1, ref::Q8Acts& a) {
   }
 }
 
-// Two accumulators (vector steps 0, 2, 4… and 1, 3, 5…), a final odd step into the first, the
-// scalar tail in order, then sum(acc0 + acc1) + tail: a lone dot product (attention scores)
-// runs two fma chains instead of one.
-float DotF32(const float* a, const float* b, int64_t n) {
+// o[0, D) = inv · Σ_j w[j] · v_j in j order, one fma per element and key: NV vectors of o at a
+// time stay in registers while the keys stream.
+template <int NV, class ValueRow>
+HWY_INLINE void WeightedRowsChunk(const float* w, int64_t n, ValueRow vrow, int64_t off, float inv,
+                                  float* o) {
   const DF d;
   const int64_t L = int64_t(hn::Lanes(d));
-  auto a0 = hn::Zero(d), a1 = hn::Zero(d);
-  int64_t k = 0;
-  for (; k + 2 * L <= n; k += 2 * L) {
-    a0 = hn::MulAdd(hn::LoadU(d, a + k), hn::LoadU(d, b + k), a0);
-    a1 = hn::MulAdd(hn::LoadU(d, a + k + L), hn::LoadU(d, b + k + L), a1);
+  hn::Vec<DF> acc[NV];
+  for (int u = 0; u < NV; ++u) acc[u] = hn::Zero(d);
+  for (int64_t j = 0; j < n; ++j) {
+    const float* v = vrow(j) + off;
+    const auto wv = hn::Set(d, w[j]);
+    for (int u = 0; u < NV; ++u) acc[u] = hn::MulAdd(wv, hn::LoadU(d, v + u * L), acc[u]);
   }
-  if (k + L <= n) {
-    a0 = hn::MulAdd(hn::LoadU(d, a + k), hn::LoadU(d, b + k), a0);
-    k += L;
-  }
-  float tail = 0.0f;
-  for (; k < n; ++k) tail += a[k] * b[k];
-  return hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1))) + tail;
+  const auto iv = hn::Set(d, inv);
+  for (int u = 0; u < NV; ++u) hn::StoreU(hn::Mul(acc[u], iv), d, o + off + u * L);
 }
 
-void AxpyF32(float* y, float s, const float* x, int64_t n) {
+// One (query row, head) of CpuBackend::attention over keys 0..n-1 (rows through krow/vrow,
+// their scales through kscale/vscale: 1 for an f32 cache, exact). Scores: dot products with the
+// matmul schedule (Tile, 1 × 6: one accumulator each, six chains), times the key's scale, times
+// `scale`; softmax with the maximum, exp (Highway's, lane-wise) and the sum in key order; then
+// Σ_j p_j·vscale_j·v_j in key order and one multiplication by 1/sum. Nothing depends on which
+// other rows share the pass.
+template <class KeyRow, class ValueRow, class KScale, class VScale>
+HWY_INLINE void AttendRow(const float* q, int64_t D, int64_t n, float scale, KeyRow krow,
+                          ValueRow vrow, KScale kscale, VScale vscale, float* s, float* o) {
   const DF d;
   const int64_t L = int64_t(hn::Lanes(d));
-  const auto vs = hn::Set(d, s);
-  int64_t i = 0;
-  for (; i + L <= n; i += L)
-    hn::StoreU(hn::MulAdd(vs, hn::LoadU(d, x + i), hn::LoadU(d, y + i)), d, y + i);
-  for (; i < n; ++i) y[i] = s * x[i] + y[i];
+  constexpr int kC = 6;
+  int64_t j = 0;
+  float dots[kC];
+  for (; j + kC <= n; j += kC) {
+    const RowF32 rows[kC] = {{krow(j)},     {krow(j + 1)}, {krow(j + 2)},
+                             {krow(j + 3)}, {krow(j + 4)}, {krow(j + 5)}};
+    Tile<1, kC>(q, D, rows, D, dots, 1);
+    for (int c = 0; c < kC; ++c) s[j + c] = dots[c] * kscale(j + c) * scale;
+  }
+  for (; j < n; ++j) {
+    const RowF32 rows[1] = {{krow(j)}};
+    Tile<1, 1>(q, D, rows, D, dots, 1);
+    s[j] = dots[0] * kscale(j) * scale;
+  }
+  float m = -INFINITY;
+  for (j = 0; j < n; ++j) m = std::max(m, s[j]);
+  const auto vm = hn::Set(d, m);
+  for (j = 0; j + L <= n; j += L) hn::StoreU(hn::Exp(d, hn::Sub(hn::LoadU(d, s + j), vm)), d, s + j);
+  if (j < n) {  // the last lanes through the same vector function
+    HWY_ALIGN float part[64];
+    for (int64_t i = 0; i < L; ++i) part[i] = j + i < n ? s[j + i] : m;
+    hn::Store(hn::Exp(d, hn::Sub(hn::Load(d, part), vm)), d, part);
+    for (int64_t i = 0; j + i < n; ++i) s[j + i] = part[i];
+  }
+  float sum = 0.0f;
+  for (j = 0; j < n; ++j) {
+    sum += s[j];
+    s[j] *= vscale(j);
+  }
+  const float inv = 1.0f / sum;
+  int64_t off = 0;
+  for (; off + 8 * L <= D; off += 8 * L) WeightedRowsChunk<8>(s, n, vrow, off, inv, o);
+  switch ((D - off) / L) {
+    case 7: WeightedRowsChunk<7>(s, n, vrow, off, inv, o); break;
+    case 6: WeightedRowsChunk<6>(s, n, vrow, off, inv, o); break;
+    case 5: WeightedRowsChunk<5>(s, n, vrow, off, inv, o); break;
+    case 4: WeightedRowsChunk<4>(s, n, vrow, off, inv, o); break;
+    case 3: WeightedRowsChunk<3>(s, n, vrow, off, inv, o); break;
+    case 2: WeightedRowsChunk<2>(s, n, vrow, off, inv, o); break;
+    case 1: WeightedRowsChunk<1>(s, n, vrow, off, inv, o); break;
+    default: break;
+  }
+  for (int64_t i = off + (D - off) / L * L; i < D; ++i) {  // dims past the last whole vector
+    float acc = 0.0f;
+    for (j = 0; j < n; ++j) acc = s[j] * vrow(j)[i] + acc;
+    o[i] = acc * inv;
+  }
+}
+
+void AttentionTasks(const AttentionArgs& a, int64_t i0, int64_t i1) {
+  const int64_t D = a.D, group = a.H / a.Hkv;
+  thread_local std::vector<float> s, kv, scales;
+  thread_local std::vector<const float*> rows;  // f32 cache: keys 0..n-1 of row t, then values
+  int64_t rows_t = -1;
+  for (int64_t i = i0; i < i1; ++i) {
+    const int64_t t = i / a.H, h = i % a.H, hk = h / group, n = a.pos[t] + 1;
+    if (s.size() < size_t(n)) s.resize(size_t(n));
+    const float* q = a.q + i * D;
+    float* o = static_cast<float*>(a.out) + i * D;
+    if (a.kv == DType::F8_E4M3) {  // rows decoded to f32 once per task, scales applied as above
+      kv.resize(size_t(2 * n * D));
+      scales.resize(size_t(2 * n));
+      for (int64_t j = 0; j < n; ++j) {
+        a.fp8_decode(a.k, t, j, hk, kv.data() + j * D);
+        a.fp8_decode(a.v, t, j, hk, kv.data() + (n + j) * D);
+        scales[size_t(j)] = a.fp8_scale(a.k, t, j, hk);
+        scales[size_t(n + j)] = a.fp8_scale(a.v, t, j, hk);
+      }
+      const float* k = kv.data();
+      const float* sc = scales.data();
+      AttendRow(
+          q, D, n, a.scale, [&](int64_t j) { return k + j * D; },
+          [&](int64_t j) { return k + (n + j) * D; }, [&](int64_t j) { return sc[j]; },
+          [&](int64_t j) { return sc[n + j]; }, s.data(), o);
+    } else {
+      if (rows_t != t) {  // where each key and value of row t starts (block by block)
+        rows.resize(size_t(2 * n));
+        for (int64_t j0 = 0; j0 < n; j0 += a.block_size) {
+          const float* k0 = a.key(t, j0);
+          const float* v0 = a.value(t, j0);
+          for (int64_t j = j0; j < std::min(n, j0 + a.block_size); ++j) {
+            rows[size_t(j)] = k0 + (j - j0) * a.Hkv * D;
+            rows[size_t(n + j)] = v0 + (j - j0) * a.Hkv * D;
+          }
+        }
+        rows_t = t;
+      }
+      const float* const* r = rows.data();
+      const int64_t off = hk * D;
+      AttendRow(
+          q, D, n, a.scale, [&](int64_t j) { return r[j] + off; },
+          [&](int64_t j) { return r[n + j] + off; }, [](int64_t) { return 1.0f; },
+          [](int64_t) { return 1.0f; }, s.data(), o);
+    }
+  }
 }
 
 const char* TargetName() {
@@ -356,8 +489,7 @@ namespace basalt::cpu {
 HWY_EXPORT(MatmulRows);
 HWY_EXPORT(MatmulQ8Rows);
 HWY_EXPORT(QuantizeActsRows);
-HWY_EXPORT(DotF32);
-HWY_EXPORT(AxpyF32);
+HWY_EXPORT(AttentionTasks);
 HWY_EXPORT(TargetName);
 
 void matmul_rows(const float* x, int64_t T, const WeightRef& w, int64_t n0, int64_t n1, float* y,
@@ -371,11 +503,8 @@ void matmul_q8_rows(const ref::Q8Acts& a, int64_t t0, int64_t t1, const WeightRe
 void quantize_acts_rows(const float* x, int64_t t0, int64_t t1, ref::Q8Acts& a) {
   HWY_DYNAMIC_DISPATCH(QuantizeActsRows)(x, t0, t1, a);
 }
-float dot_f32(const float* a, const float* b, int64_t n) {
-  return HWY_DYNAMIC_DISPATCH(DotF32)(a, b, n);
-}
-void axpy_f32(float* y, float s, const float* x, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(AxpyF32)(y, s, x, n);
+void attention_tasks(const AttentionArgs& a, int64_t i0, int64_t i1) {
+  HWY_DYNAMIC_DISPATCH(AttentionTasks)(a, i0, i1);
 }
 const char* simd_target_name() {
   return HWY_DYNAMIC_DISPATCH(TargetName)();

@@ -22,11 +22,9 @@ void matmul_q8_rows(const ref::Q8Acts& a, int64_t t0, int64_t t1, const WeightRe
                     int64_t n1, float* y, int64_t ldy);
 // ref::quantize_acts_rows, the same bits, in vectors.
 void quantize_acts_rows(const float* x, int64_t t0, int64_t t1, ref::Q8Acts& a);
-// Dot product of two f32 vectors (attention scores): two accumulators over alternating vector
-// steps, the scalar tail, then a fixed combine.
-float dot_f32(const float* a, const float* b, int64_t n);
-// y[i] += s * x[i]
-void axpy_f32(float* y, float s, const float* x, int64_t n);
+// Attention (Backend::attention) for the (query row, head) tasks [i0, i1), task = t * H + h:
+// scores with the matmul schedule, softmax in key order, values summed in key order.
+void attention_tasks(const AttentionArgs& a, int64_t i0, int64_t i1);
 // Name of the SIMD target chosen at run time (e.g. "AVX3").
 const char* simd_target_name();
 
