@@ -124,7 +124,8 @@ class CpuBackend final : public HostBackend {
   void rmsnorm(const float* x, const float* w, void* yv, int64_t rows, int64_t n,
                float eps) override {
     float* y = static_cast<float*>(yv);
-    pool_.parallel_ranges(rows, 1, [&](int64_t r0, int64_t r1) {
+    pool_.parallel_ranges(rows, std::max<int64_t>(1, kMinTaskWork / std::max<int64_t>(n, 1)),
+                          [&](int64_t r0, int64_t r1) {
       ref::rmsnorm(x + r0 * n, w, y + r0 * n, r1 - r0, n, eps);
     });
   }
@@ -136,10 +137,15 @@ class CpuBackend final : public HostBackend {
 
   // One task per (query row, head); each visits its keys 0..p in order (kernels_hwy.cpp), so
   // the result of a query does not depend on which other rows (or sequences) share the pass.
-  // Blocks of tasks, about 8 per thread (later rows have more keys: claimed dynamically).
+  // Blocks of tasks, about 8 per thread (later rows have more keys: claimed dynamically), fewer
+  // where a block would have less than kMinTaskWork products to do.
   void attention(const AttentionArgs& a) override {
     const int64_t n = a.T * a.H;
-    const int64_t per = std::max<int64_t>(1, n / (8 * int64_t(pool_.size())));
+    int64_t keys = 0;
+    for (int64_t t = 0; t < a.T; ++t) keys += a.pos[t] + 1;
+    const int64_t work = 2 * keys * a.H * a.D;
+    const int64_t blocks = std::clamp<int64_t>(work / kMinTaskWork, 1, 8 * int64_t(pool_.size()));
+    const int64_t per = (n + blocks - 1) / blocks;
     pool_.parallel_for((n + per - 1) / per, [&](int64_t b) {
       attention_tasks(a, b * per, std::min(n, (b + 1) * per));
     });
@@ -147,7 +153,7 @@ class CpuBackend final : public HostBackend {
 
   void swiglu(const float* gate, const float* up, void* outv, int64_t n) override {
     float* out = static_cast<float*>(outv);
-    pool_.parallel_ranges(n, 256, [&](int64_t i0, int64_t i1) {
+    pool_.parallel_ranges(n, kMinTaskWork / 8, [&](int64_t i0, int64_t i1) {
       ref::swiglu(gate + i0, up + i0, out + i0, i1 - i0);
     });
   }
@@ -157,6 +163,10 @@ class CpuBackend final : public HostBackend {
  private:
   // Columns per task when the recipe names none: about 8 tasks per thread, in multiples of 16
   // (a task per 16 columns cost a third of the LM head's decode time in scheduling).
+  // The least work (multiply-adds, or elements of elementwise ops) a task gets: below it a
+  // task's hand-off to another thread costs more than it saves. On a 64-wide model
+  // (stories260K) every op was slower on two threads than on one.
+  static constexpr int64_t kMinTaskWork = int64_t(1) << 15;
   int64_t auto_grain(int64_t N) const {
     const int64_t tasks = 8 * int64_t(pool_.size());
     return std::max<int64_t>(16, (N + tasks * 16 - 1) / (tasks * 16) * 16);
@@ -174,12 +184,16 @@ class CpuBackend final : public HostBackend {
       grain = std::clamp<int64_t>((int64_t(256) << 10) / std::max<int64_t>(row, 1) / 16 * 16, 16,
                                   auto_grain(N));
     }
-    if (grain <= 0) grain = auto_grain(N);
+    if (grain <= 0) {  // about 8 tasks per thread, none with less than kMinTaskWork products
+      const int64_t min_cols = kMinTaskWork / std::max<int64_t>(T * K, 1);
+      grain = std::min(std::max(auto_grain(N), (min_cols + 15) / 16 * 16), std::max<int64_t>(N, 1));
+    }
     const int64_t blocks = (N + grain - 1) / grain;
     const int64_t tb = t_block > 0 ? t_block : T;
     if (q8) {  // rows quantised once, then tasks over columns as for every dtype
       ref::q8_acts_resize(acts_, T, K, ref::q8_group(w.dtype));
-      pool_.parallel_ranges(T, 1, [&](int64_t t0, int64_t t1) {
+      pool_.parallel_ranges(T, std::max<int64_t>(1, kMinTaskWork / std::max<int64_t>(K, 1)),
+                            [&](int64_t t0, int64_t t1) {
         cpu::quantize_acts_rows(x, t0, t1, acts_);
       });
     }
