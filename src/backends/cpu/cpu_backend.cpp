@@ -120,14 +120,17 @@ class CpuBackend final : public HostBackend {
     return r;
   }
 
-  // One sum of squares per row, in index order: identical for every row count.
+  // One vector sum of squares per row (kernels_hwy.cpp): identical for every row count.
   void rmsnorm(const float* x, const float* w, void* yv, int64_t rows, int64_t n,
                float eps) override {
-    float* y = static_cast<float*>(yv);
-    pool_.parallel_ranges(rows, std::max<int64_t>(1, kMinTaskWork / std::max<int64_t>(n, 1)),
-                          [&](int64_t r0, int64_t r1) {
-      ref::rmsnorm(x + r0 * n, w, y + r0 * n, r1 - r0, n, eps);
-    });
+    norm_rows(const_cast<float*>(x), nullptr, w, static_cast<float*>(yv), rows, n, eps);
+  }
+  void add_rmsnorm(float* x, const float* delta, const float* w, void* y, int64_t rows, int64_t n,
+                   float eps) override {
+    norm_rows(x, delta, w, static_cast<float*>(y), rows, n, eps);
+  }
+  void head_rmsnorm(float* x, const float* w, int64_t rows, int64_t n, float eps) override {
+    norm_rows(x, nullptr, w, x, rows, n, eps);
   }
 
   void rope(float* x, int64_t T, int64_t heads, int64_t D, int64_t rot, const float* cos,
@@ -154,7 +157,7 @@ class CpuBackend final : public HostBackend {
   void swiglu(const float* gate, const float* up, void* outv, int64_t n) override {
     float* out = static_cast<float*>(outv);
     pool_.parallel_ranges(n, kMinTaskWork / 8, [&](int64_t i0, int64_t i1) {
-      ref::swiglu(gate + i0, up + i0, out + i0, i1 - i0);
+      swiglu_range(gate + i0, up + i0, out + i0, i1 - i0);
     });
   }
 
@@ -167,6 +170,14 @@ class CpuBackend final : public HostBackend {
   // task's hand-off to another thread costs more than it saves. On a 64-wide model
   // (stories260K) every op was slower on two threads than on one.
   static constexpr int64_t kMinTaskWork = int64_t(1) << 15;
+  // x (+= delta) then y = rmsnorm(x) · w, rows split over the threads.
+  void norm_rows(float* x, const float* delta, const float* w, float* y, int64_t rows, int64_t n,
+                 float eps) {
+    pool_.parallel_ranges(rows, std::max<int64_t>(1, kMinTaskWork / std::max<int64_t>(n, 1)),
+                          [&](int64_t r0, int64_t r1) {
+      rmsnorm_rows(x, delta, w, y, r0, r1, n, eps);
+    });
+  }
   int64_t auto_grain(int64_t N) const {
     const int64_t tasks = 8 * int64_t(pool_.size());
     return std::max<int64_t>(16, (N + tasks * 16 - 1) / (tasks * 16) * 16);

@@ -168,9 +168,17 @@ HWY_INLINE void MatmulT(const float* x, int64_t T, int64_t K, int64_t n0, int64_
     }
     group(rows, std::integral_constant<int, kC>(), n);
   }
-  for (; n < n1; ++n) {
-    const Row rows[1] = {make_row(n)};
-    group(rows, std::integral_constant<int, 1>(), n);
+  // The last 1-5 columns as one narrower tile (as 1-column tiles they ran at a third of the
+  // rate, and an 8-tasks-per-thread split leaves them in every task).
+  Row rows[kC];
+  for (int c = 0; c < n1 - n; ++c) rows[c] = make_row(n + c);
+  switch (n1 - n) {
+    case 5: group(rows, std::integral_constant<int, 5>(), n); break;
+    case 4: group(rows, std::integral_constant<int, 4>(), n); break;
+    case 3: group(rows, std::integral_constant<int, 3>(), n); break;
+    case 2: group(rows, std::integral_constant<int, 2>(), n); break;
+    case 1: group(rows, std::integral_constant<int, 1>(), n); break;
+    default: break;
   }
 }
 
@@ -476,6 +484,64 @@ void AttentionTasks(const AttentionArgs& a, int64_t i0, int64_t i1) {
   }
 }
 
+// Rows [r0, r1) of x (n wide): x += delta first when delta is given, then y = (x · inv) · w
+// with inv = 1 / sqrt(ss / n + eps), ss = one vector accumulator of squares over the vector
+// steps in order, its lanes summed (SumOfLanes), then the scalar tail in order. The same
+// arithmetic for a row whatever the row count.
+void RmsnormRows(float* x, const float* delta, const float* w, float* y, int64_t r0, int64_t r1,
+                 int64_t n, float eps) {
+  const DF d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  for (int64_t r = r0; r < r1; ++r) {
+    float* xr = x + r * n;
+    float* yr = y + r * n;
+    auto acc = hn::Zero(d);
+    int64_t i = 0;
+    if (delta) {
+      const float* dr = delta + r * n;
+      for (; i + L <= n; i += L) {
+        const auto v = hn::Add(hn::LoadU(d, xr + i), hn::LoadU(d, dr + i));
+        hn::StoreU(v, d, xr + i);
+        acc = hn::MulAdd(v, v, acc);
+      }
+      for (int64_t j = i; j < n; ++j) xr[j] += dr[j];
+    } else {
+      for (; i + L <= n; i += L) {
+        const auto v = hn::LoadU(d, xr + i);
+        acc = hn::MulAdd(v, v, acc);
+      }
+    }
+    float tail = 0.0f;
+    for (int64_t j = i; j < n; ++j) tail += xr[j] * xr[j];
+    const float ss = hn::GetLane(hn::SumOfLanes(d, acc)) + tail;
+    const float inv = 1.0f / std::sqrt(ss / float(n) + eps);
+    const auto vinv = hn::Set(d, inv);
+    for (i = 0; i + L <= n; i += L)
+      hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(d, xr + i), vinv), hn::LoadU(d, w + i)), d, yr + i);
+    for (; i < n; ++i) yr[i] = (xr[i] * inv) * w[i];
+  }
+}
+
+// out = g / (1 + exp(-g)) · u, lane-wise with Highway's exp (exp's argument capped at 100,
+// where the quotient is 0 either way).
+void SwigluRange(const float* g, const float* u, float* out, int64_t n) {
+  const DF d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  const auto one = hn::Set(d, 1.0f), cap = hn::Set(d, 100.0f);
+  auto f = [&](hn::Vec<DF> gv, hn::Vec<DF> uv) {
+    const auto e = hn::Exp(d, hn::Min(hn::Neg(gv), cap));
+    return hn::Mul(hn::Div(gv, hn::Add(one, e)), uv);
+  };
+  int64_t i = 0;
+  for (; i + L <= n; i += L) hn::StoreU(f(hn::LoadU(d, g + i), hn::LoadU(d, u + i)), d, out + i);
+  if (i < n) {  // the last lanes through the same vector function
+    HWY_ALIGN float gp[64] = {}, up[64] = {}, op[64];
+    for (int64_t j = i; j < n; ++j) gp[j - i] = g[j], up[j - i] = u[j];
+    hn::Store(f(hn::Load(d, gp), hn::Load(d, up)), d, op);
+    for (int64_t j = i; j < n; ++j) out[j] = op[j - i];
+  }
+}
+
 const char* TargetName() {
   return hwy::TargetName(HWY_TARGET);
 }
@@ -490,6 +556,8 @@ HWY_EXPORT(MatmulRows);
 HWY_EXPORT(MatmulQ8Rows);
 HWY_EXPORT(QuantizeActsRows);
 HWY_EXPORT(AttentionTasks);
+HWY_EXPORT(RmsnormRows);
+HWY_EXPORT(SwigluRange);
 HWY_EXPORT(TargetName);
 
 void matmul_rows(const float* x, int64_t T, const WeightRef& w, int64_t n0, int64_t n1, float* y,
@@ -505,6 +573,13 @@ void quantize_acts_rows(const float* x, int64_t t0, int64_t t1, ref::Q8Acts& a) 
 }
 void attention_tasks(const AttentionArgs& a, int64_t i0, int64_t i1) {
   HWY_DYNAMIC_DISPATCH(AttentionTasks)(a, i0, i1);
+}
+void rmsnorm_rows(float* x, const float* delta, const float* w, float* y, int64_t r0, int64_t r1,
+                  int64_t n, float eps) {
+  HWY_DYNAMIC_DISPATCH(RmsnormRows)(x, delta, w, y, r0, r1, n, eps);
+}
+void swiglu_range(const float* g, const float* u, float* out, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(SwigluRange)(g, u, out, n);
 }
 const char* simd_target_name() {
   return HWY_DYNAMIC_DISPATCH(TargetName)();

@@ -25,6 +25,12 @@ void quantize_acts_rows(const float* x, int64_t t0, int64_t t1, ref::Q8Acts& a);
 // Attention (Backend::attention) for the (query row, head) tasks [i0, i1), task = t * H + h:
 // scores with the matmul schedule, softmax in key order, values summed in key order.
 void attention_tasks(const AttentionArgs& a, int64_t i0, int64_t i1);
+// Rows [r0, r1) of x (n wide): x += delta first (when delta is not null), then
+// y = x / sqrt(mean(x²) + eps) · w, with one vector sum of squares per row (fixed per n).
+void rmsnorm_rows(float* x, const float* delta, const float* w, float* y, int64_t r0, int64_t r1,
+                  int64_t n, float eps);
+// out[i] = g[i] / (1 + exp(-g[i])) · u[i], lane-wise (Highway's exp).
+void swiglu_range(const float* g, const float* u, float* out, int64_t n);
 // Name of the SIMD target chosen at run time (e.g. "AVX3").
 const char* simd_target_name();
 
