@@ -214,7 +214,9 @@ class Model {
     void *xn = nullptr, *att = nullptr, *act = nullptr;
   };
   void ensure_scratch(Backend& be, int64_t T, int64_t rows);
-  void attention_block(Backend& be, KvPool& pool, const BoundLayer& L, int64_t T, float scale);
+  // Rows [first, T) go past the K/V projections, RoPE and the cache write (all T rows).
+  void attention_block(Backend& be, KvPool& pool, const BoundLayer& L, int64_t T, float scale,
+                       int64_t first = 0);
   void gdn_block(Backend& be, KvPool& pool, const BoundLayer& L, int64_t T);
   void moe_block(Backend& be, const BoundLayer& L, int64_t T);
   ModelConfig cfg_;

@@ -380,7 +380,7 @@ void Model::copy_state(Backend& be, KvPool& pool, int32_t dst, int32_t src) {
 
 // Causal GQA attention (optionally with Qwen3.5's per-head output gate): s.xn → s.o.
 void Model::attention_block(Backend& be, KvPool& pool, const BoundLayer& L, int64_t T,
-                            float scale) {
+                            float scale, int64_t first) {
   const ModelConfig& c = cfg_;
   const int64_t E = c.hidden, H = c.n_heads, Hkv = c.n_kv_heads, D = c.head_dim;
   Scratch& s = scratch_;
@@ -400,20 +400,23 @@ void Model::attention_block(Backend& be, KvPool& pool, const BoundLayer& L, int6
   // This pass's K/V rows go into the cache before attention reads them.
   const int64_t kl = L.cache_layer;
   be.kv_write(s.k, s.v, pool.k(kl), pool.v(kl), Hkv, D);
+  const size_t act = dtype_bytes(be.act_dtype(), 1);
+  void* att = static_cast<char*>(s.att) + size_t(first * H * D) * act;
+  const int64_t n = T - first;
   AttentionArgs a;
-  a.q = s.q;
-  a.out = s.att;
+  a.q = s.q + first * H * D;
+  a.out = att;
   a.k = pool.k(kl);
   a.v = pool.v(kl);
-  a.T = T, a.H = H, a.Hkv = Hkv, a.D = D, a.block_size = pool.block_size();
-  a.block_tables = tables_.data();
-  a.pos = pos_.data();
+  a.T = n, a.H = H, a.Hkv = Hkv, a.D = D, a.block_size = pool.block_size();
+  a.block_tables = tables_.data() + first;
+  a.pos = pos_.data() + first;
   a.scale = scale;
   a.kv = be.kv_dtype();
   be.attention(a);
-  if (L.wq_gate.data) be.sigmoid_mul(s.att, s.qgate, T * H * D);
-  be.matmul(s.att, T, L.wo, s.o);
-  if (L.bo) be.add_bias(s.o, L.bo, T, E);
+  if (L.wq_gate.data) be.sigmoid_mul(att, s.qgate + first * H * D, n * H * D);
+  be.matmul(att, n, L.wo, s.o + first * E);
+  if (L.bo) be.add_bias(s.o + first * E, L.bo, n, E);
 }
 
 // Gated DeltaNet: input projections, conv + recurrence (state in the pool's slots), gated
@@ -536,6 +539,31 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
   int32_t* ids_out = be.host_memory() ? argmax : s.argmax;
   float* out = be.host_memory() ? logits : s.logits;
 
+  // The last layer takes only the rows whose outputs are read (llama.cpp does the same): when
+  // those are a suffix [last_first, T) of the pass (one sequence's prompt: its last row), the
+  // rows before it stop after the layer's K/V rows are in the cache. Host backends only; a
+  // row's arithmetic is unchanged, so are the logits.
+  int64_t last_first = 0;
+  {
+    const int64_t L = c.n_layers - 1;
+    bool ok = be.host_memory() && !keep_hidden && L >= 0 && !c.is_linear(L) && !c.is_moe(L);
+    int64_t at = 0, start = -1, end = -1;
+    for (const BatchItem& it : batch) {  // rows [at + from, at + n) of each item need logits
+      const int64_t n = int64_t(it.tokens.size());
+      const int64_t from = it.all_logits ? 0 : std::max<int64_t>(n - 1, 0);
+      if (n > from) {
+        if (start < 0)
+          start = at + from;
+        else if (at + from != end)
+          ok = false;
+        end = at + n;
+      }
+      at += n;
+    }
+    if (ok && start > 0 && end == T) last_first = start;
+  }
+  mix(uint64_t(last_first));
+
   be.run(key, [&] {
     const float scale = 1.0f / std::sqrt(float(D));
     const int64_t half = c.rope.dim / 2;
@@ -555,22 +583,23 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
         be.rmsnorm(s.x, L.attn_norm, s.xn, T, E, c.rms_eps);
       else  // the previous layer's MLP output joins the residual stream
         be.add_rmsnorm(s.x, s.o, L.attn_norm, s.xn, T, E, c.rms_eps);
+      const int64_t f = l == c.n_layers - 1 ? last_first : 0, n = T - f;  // rows [f, T)
       if (c.is_linear(l)) {
         gdn_block(be, pool, L, T);
       } else {
-        attention_block(be, pool, L, T, scale);
+        attention_block(be, pool, L, T, scale, f);
       }
-      be.add_rmsnorm(s.x, s.o, L.ffn_norm, s.xn, T, E, c.rms_eps);
+      be.add_rmsnorm(s.x + f * E, s.o + f * E, L.ffn_norm, act_row(s.xn, f, E), n, E, c.rms_eps);
       if (c.is_moe(l)) {
         moe_block(be, L, T);
       } else {
-        be.matmul(s.xn, T, L.w_gate, s.gate);
-        be.matmul(s.xn, T, L.w_up, s.up);
-        be.swiglu(s.gate, s.up, s.act, T * F);
-        be.matmul(s.act, T, L.w_down, s.o);
+        be.matmul(act_row(s.xn, f, E), n, L.w_gate, s.gate + f * F);
+        be.matmul(act_row(s.xn, f, E), n, L.w_up, s.up + f * F);
+        be.swiglu(s.gate + f * F, s.up + f * F, act_row(s.act, f, F), n * F);
+        be.matmul(act_row(s.act, f, F), n, L.w_down, s.o + f * E);
       }
     }
-    be.add(s.x, s.o, T * E);
+    be.add(s.x + last_first * E, s.o + last_first * E, (T - last_first) * E);
     // keep_hidden: the final norm of every row, kept apart.
     if (keep_hidden) be.rmsnorm(s.x, w.out_norm, hidden_, T, E, c.rms_eps);
     // Final norm and LM head on the rows that need logits only.
