@@ -26,7 +26,7 @@ struct QuantizeArgs {
 
 // --to values: GGUF types (a .gguf file) and the scaled formats (an HF directory).
 constexpr const char* kTargets =
-    "f32, f16, bf16, q8_0, q4_k (GGUF file); nvfp4, fp8, fp8-block (HF directory)";
+    "f32, f16, bf16, q8_0, q4_k, q5_k, q6_k (GGUF file); nvfp4, fp8, fp8-block (HF directory)";
 
 int run_hf_quantize(const QuantizeArgs& a, HfQuantTarget target) {
   if (a.out.empty()) fail("[quantize] --out DIR is required");
@@ -115,7 +115,7 @@ int run_quantize(const QuantizeArgs& a) {
 Runner add_quantize(CLI::App& app) {
   auto a = std::make_shared<QuantizeArgs>();
   CLI::App* sc = app.add_subcommand(
-      "quantize", "Rewrite a checkpoint as GGUF (f16/q8_0/q4_k) or as an NVFP4/FP8 HF directory");
+      "quantize", "Rewrite a checkpoint as GGUF (f16/q8_0/q4_k/q5_k/q6_k) or as an NVFP4/FP8 HF directory");
   sc->add_option("-m,--model", a->model, "HF model directory or .gguf (default: embedded)");
   sc->add_option("--to", a->to, std::string("Matrix type: ") + kTargets)->required();
   sc->add_option("--out", a->out, "Output .gguf file (GGUF types) or directory (nvfp4/fp8)")

@@ -30,7 +30,8 @@ int run_synth(const SynthArgs& a) {
   DType dt;
   if (!gguf_dtype_parse(a.dtype, &dt) || (!gguf && dtype_block_elems(dt) != 1))
     fail("[synth] --dtype must be {}, got '{}'",
-         gguf ? "bf16, f16, f32, q8_0 or q4_k" : "bf16, f16 or f32 (q8_0, q4_k: --format gguf)",
+         gguf ? "bf16, f16, f32, q8_0, q4_k, q5_k or q6_k"
+              : "bf16, f16 or f32 (q8_0, q4_k, q5_k, q6_k: --format gguf)",
          a.dtype);
   SynthPreset preset = synth_preset(a.preset);
   if (a.layers != 0) {  // the first N layers of the real shape (benchmarks on a smaller disk)
@@ -61,7 +62,7 @@ Runner add_synth(CLI::App& app) {
   sc->add_option("--format", a->format,
                  "safetensors (default: an HF directory) or gguf (one file, llama.cpp's layout)");
   sc->add_option("--dtype", a->dtype,
-                 "bf16 (default), f16 or f32; with --format gguf also q8_0, q4_k");
+                 "bf16 (default), f16 or f32; with --format gguf also q8_0, q4_k, q5_k, q6_k");
   sc->add_option("--out", a->out, "Output directory (safetensors) or file (gguf)");
   sc->add_option("--seed", a->seed, "Seed (the same seed writes the same bytes)");
   sc->add_option("--threads", a->threads, "Encoding threads for gguf (default: all cores)");

@@ -92,7 +92,9 @@ bool gguf_dtype_parse(const std::string& name, DType* out) {
                                                          {"f16", DType::F16},
                                                          {"bf16", DType::BF16},
                                                          {"q8_0", DType::Q8_0},
-                                                         {"q4_k", DType::Q4_K}};
+                                                         {"q4_k", DType::Q4_K},
+                                                         {"q5_k", DType::Q5_K},
+                                                         {"q6_k", DType::Q6_K}};
   for (const auto& [n, t] : kNames)
     if (name == n) return *out = t, true;
   return false;
@@ -115,10 +117,15 @@ uint32_t gguf_file_type(DType t) {
       return 7;
     case DType::Q4_K:
       return 14;
+    case DType::Q5_K:
+      return 16;
+    case DType::Q6_K:
+      return 18;
     case DType::BF16:
       return 32;
     default:
-      fail("[gguf] no GGUF file type for {} (f32, f16, bf16, q8_0, q4_k)", dtype_name(t));
+      fail("[gguf] no GGUF file type for {} (f32, f16, bf16, q8_0, q4_k, q5_k, q6_k)",
+           dtype_name(t));
   }
 }
 

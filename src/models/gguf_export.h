@@ -24,14 +24,16 @@ struct GgufSource {
   std::string from;  // the HF tensor it is made from ("" if computed), for checks and messages
 };
 
-// "f32", "f16", "bf16", "q8_0", "q4_k" (the types written here) → DType; false otherwise.
+// "f32", "f16", "bf16", "q8_0", "q4_k", "q5_k", "q6_k" (the types written here) → DType;
+// false otherwise.
 bool gguf_dtype_parse(const std::string& name, DType* out);
 // The type a tensor is stored as when `want` is asked for matrices: 1-D tensors F32; a matrix
 // `want` if its rows are whole blocks of it, else Q8_0 if whole blocks of 32, else F16
 // (llama.cpp's quantize falls back similarly, to types basalt cannot encode).
 DType gguf_storage_type(DType want, const std::vector<int64_t>& shape);
 // general.file_type (llama_ftype) for a file whose matrices are `t`: 0 F32, 1 F16, 7 Q8_0,
-// 14 Q4_K (its "Q4_K - Small"; here every matrix is Q4_K, like llama-quantize --pure), 32 BF16.
+// 14 Q4_K, 16 Q5_K, 18 Q6_K (llama.cpp's "Q4_K - Small", "Q5_K - Small", "Q6_K"; here every
+// matrix has the type, like llama-quantize --pure), 32 BF16.
 uint32_t gguf_file_type(DType t);
 
 // ModelConfig of an HF config.json (architectures[0] picks llama or qwen3).

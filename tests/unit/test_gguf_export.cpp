@@ -109,7 +109,9 @@ TEST(GgufExport, StorageTypes) {
   DType t;
   EXPECT_TRUE(gguf_dtype_parse("q4_k", &t));
   EXPECT_EQ(t, DType::Q4_K);
-  EXPECT_FALSE(gguf_dtype_parse("q6_k", &t));
+  EXPECT_TRUE(gguf_dtype_parse("q6_k", &t));
+  EXPECT_EQ(t, DType::Q6_K);
+  EXPECT_FALSE(gguf_dtype_parse("q4_0", &t));
 }
 
 // The same weights as the safetensors synth: qwen3 (no permutation, tied) gives bitwise equal
@@ -139,9 +141,10 @@ TEST(GgufExport, SynthGgufEqualsSynthSafetensors) {
   }
 }
 
-// Q8_0 and Q4_K synth files (shapes of whole 256-blocks, one of 96 columns for the fallback):
-// the types asked, and logits near the F32 file's. Measured max errors relative to the largest
-// logit: Q8_0 0.008, Q4_K 0.13 (random uniform weights, one layer); bounds 0.02 and 0.2.
+// Q8_0, Q4_K, Q5_K and Q6_K synth files (shapes of whole 256-blocks, one of 96 columns for the
+// fallback): the types asked, and logits near the F32 file's. Measured max errors relative to
+// the largest logit: Q8_0 0.008, Q4_K 0.13, Q5_K 0.058, Q6_K 0.027 (random uniform weights, one
+// layer); bounds 0.02, 0.2, 0.1, 0.05.
 TEST(GgufExport, SynthQuantizedTypesAndErrors) {
   SynthPreset p{"test-256", "", synth_preset("tiny-llama").config};
   p.config["hidden_size"] = 256;
@@ -152,7 +155,7 @@ TEST(GgufExport, SynthQuantizedTypesAndErrors) {
   test::TempDir tmp;
   std::map<DType, std::vector<float>> logits;
   const std::vector<int32_t> ids = {5, 7, 260, 99, 1};
-  for (DType t : {DType::F32, DType::Q8_0, DType::Q4_K}) {
+  for (DType t : {DType::F32, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     const std::string file = tmp.str() + "/" + std::string(dtype_name(t)) + ".gguf";
     synth_write_gguf(p, t, file, 3, 2);
     const auto m = model_load(file);
@@ -160,11 +163,13 @@ TEST(GgufExport, SynthQuantizedTypesAndErrors) {
     EXPECT_EQ(ts.get("blk.0.attn_q.weight").dtype, t);
     EXPECT_EQ(ts.get("token_embd.weight").dtype, t);
     EXPECT_EQ(ts.get("blk.0.attn_norm.weight").dtype, DType::F32);
-    EXPECT_EQ(ts.get("blk.0.ffn_down.weight").dtype, t == DType::Q4_K ? DType::Q8_0 : t);
+    EXPECT_EQ(ts.get("blk.0.ffn_down.weight").dtype, dtype_block_elems(t) == 256 ? DType::Q8_0 : t);
     logits[t] = logits_of(*m, ids);
   }
   EXPECT_LE(rel_max_err(logits[DType::Q8_0], logits[DType::F32]), 0.02);
   EXPECT_LE(rel_max_err(logits[DType::Q4_K], logits[DType::F32]), 0.2);
+  EXPECT_LE(rel_max_err(logits[DType::Q5_K], logits[DType::F32]), 0.1);
+  EXPECT_LE(rel_max_err(logits[DType::Q6_K], logits[DType::F32]), 0.05);
   // The thread count does not change the bytes.
   synth_write_gguf(p, DType::Q4_K, tmp.str() + "/one.gguf", 3, 1);
   expect_same_tensors(tmp.str() + "/one.gguf", tmp.str() + "/Q4_K.gguf");
@@ -268,15 +273,16 @@ TEST(GgufExport, QuantizeErrors) {
   EXPECT_NE(r.err.find("--to nvfp4 writes an HF checkpoint directory, not a GGUF file"),
             std::string::npos)
       << r.err;
-  r = basalt_run("quantize --to q5_k" + in);
+  r = basalt_run("quantize --to q4_0" + in);
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find("--to must be one of f32, f16, bf16, q8_0, q4_k (GGUF file); nvfp4, fp8, "
-                       "fp8-block (HF directory), got 'q5_k'"),
+  EXPECT_NE(r.err.find("--to must be one of f32, f16, bf16, q8_0, q4_k, q5_k, q6_k (GGUF file); "
+                       "nvfp4, fp8, "
+                       "fp8-block (HF directory), got 'q4_0'"),
             std::string::npos)
       << r.err;
   r = basalt_run("synth --preset tiny-llama --dtype q4_k --out " + tmp.str() + "/d");
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find("(q8_0, q4_k: --format gguf)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(q8_0, q4_k, q5_k, q6_k: --format gguf)"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(tmp.str() + "/x.gguf"));
 
   // The HF targets write a directory that loads.

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "ops/ref/quants.h"
 
 namespace basalt::ref {
 
@@ -24,16 +25,17 @@ int clamp_round(float v, int hi) {
   return r + (v - float(r) >= 0.5f ? 1 : 0);
 }
 
-// One Q4_K sub-block of 32 values as x ≈ a·L − b with a, b ≥ 0 and levels L in 0..15.
+// One Q4_K / Q5_K sub-block of 32 values as x ≈ a·L − b with a, b ≥ 0 and levels L in
+// 0..nmax (15 or 31).
 struct SubFit {
   float a = 0.0f, b = 0.0f;
 };
 
-// Candidate grids: the one spanning [min(x, 0), max(x)] with 15 steps, and 20 neighbours
-// with 14..16 steps over that span (their ends clamp). Each candidate's levels L get the
+// Candidate grids: the one spanning [min(x, 0), max(x)] with nmax steps, and 20 neighbours
+// with nmax − 1 .. nmax + 1 steps over that span (their ends clamp). Each candidate's levels L get the
 // least-squares a, c of x ≈ a·L + c with c ≤ 0 (the format's offset −dmin·m is never
 // positive); the fit of least squared error wins. Sums in double, the error in closed form.
-SubFit fit_sub_block(const float* x) {
+SubFit fit_sub_block(const float* x, int nmax) {
   constexpr int n = 32;
   float mn = x[0], mx = x[0];
   double sx = 0, sxx = 0;
@@ -44,13 +46,13 @@ SubFit fit_sub_block(const float* x) {
   mn = std::min(mn, 0.0f);
   if (!(mx > mn)) return {0.0f, -mn};  // constant ≤ 0 (or all zero)
   double best_err = std::numeric_limits<double>::infinity();
-  SubFit best{(mx - mn) / 15.0f, -mn};
+  SubFit best{(mx - mn) / float(nmax), -mn};
   for (int k = -10; k <= 10; ++k) {
-    const float iscale = (15.0f + 0.1f * float(k)) / (mx - mn);
+    const float iscale = (float(nmax) + 0.1f * float(k)) / (mx - mn);
     int sL = 0, sLL = 0;
     double sLx = 0;
     for (int i = 0; i < n; ++i) {
-      const int L = clamp_round((x[i] - mn) * iscale, 15);
+      const int L = clamp_round((x[i] - mn) * iscale, nmax);
       sL += L, sLL += L * L, sLx += L * double(x[i]);
     }
     double a = 0, c = 0;
@@ -72,6 +74,35 @@ SubFit fit_sub_block(const float* x) {
   return best;
 }
 
+// One Q6_K group of 16 values as x ≈ a·L with levels L in −32..31 (a of either sign): the grid
+// that puts the value of largest |x| on −32, and 18 neighbours (−31.1 .. −32.9 there); each
+// candidate's levels get the least-squares a = Σ L·x / Σ L²; least squared error wins.
+float fit_group16(const float* x) {
+  constexpr int n = 16;
+  float big = 0.0f;
+  double sxx = 0;
+  for (int i = 0; i < n; ++i) {
+    if (std::fabs(x[i]) > std::fabs(big)) big = x[i];
+    sxx += double(x[i]) * x[i];
+  }
+  if (big == 0.0f) return 0.0f;
+  double best_err = std::numeric_limits<double>::infinity();
+  float best = big / -32.0f;
+  for (int k = -9; k <= 9; ++k) {
+    const float iscale = (-32.0f + 0.1f * float(k)) / big;
+    int sLL = 0;
+    double sLx = 0;
+    for (int i = 0; i < n; ++i) {
+      const int L = clamp_round(x[i] * iscale + 32.0f, 63) - 32;
+      sLL += L * L, sLx += L * double(x[i]);
+    }
+    if (sLL == 0) continue;
+    const double a = sLx / sLL, err = sxx - a * sLx;  // Σ (a·L − x)² at the optimum a
+    if (err < best_err) best_err = err, best = float(a);
+  }
+  return best;
+}
+
 }  // namespace
 
 void quantize_q8_0(const float* x, int64_t n_blocks, uint8_t* out) {
@@ -85,21 +116,21 @@ void quantize_q8_0(const float* x, int64_t n_blocks, uint8_t* out) {
   }
 }
 
-void quantize_q4_k(const float* x, int64_t n_blocks, uint8_t* out) {
-  for (int64_t b = 0; b < n_blocks; ++b, x += 256, out += 144) {
+namespace {
+// Q4_K (144 bytes) and Q5_K (176): the same scales; codes through put_block_code.
+void quantize_k(DType t, const float* x, int64_t n_blocks, uint8_t* out) {
+  const int nmax = t == DType::Q4_K ? 15 : 31, bytes = dtype_block_bytes(t);
+  for (int64_t b = 0; b < n_blocks; ++b, x += 256, out += bytes) {
+    std::memset(out, 0, size_t(bytes));
     SubFit f[8];
     float max_a = 0.0f, max_b = 0.0f;
     for (int s = 0; s < 8; ++s) {
-      f[s] = fit_sub_block(x + 32 * s);
+      f[s] = fit_sub_block(x + 32 * s, nmax);
       max_a = std::max(max_a, f[s].a), max_b = std::max(max_b, f[s].b);
     }
     store_f16(out, max_a / 63.0f);
     store_f16(out + 2, max_b / 63.0f);
-    uint16_t h;
-    std::memcpy(&h, out, 2);
-    const float d = f16_to_f32(h);
-    std::memcpy(&h, out + 2, 2);
-    const float dmin = f16_to_f32(h);
+    const float d = load_f16(out), dmin = load_f16(out + 2);
     int sc[8], m[8];
     for (int s = 0; s < 8; ++s) {
       sc[s] = d > 0.0f ? clamp_round(f[s].a / d, 63) : 0;
@@ -114,14 +145,43 @@ void quantize_q4_k(const float* x, int64_t n_blocks, uint8_t* out) {
       scales[j + 4] = uint8_t(m[j] | ((m[j + 4] >> 4) << 6));
       scales[j + 8] = uint8_t((sc[j + 4] & 15) | ((m[j + 4] & 15) << 4));
     }
-    uint8_t* qs = out + 16;
-    std::memset(qs, 0, 128);
     for (int s = 0; s < 8; ++s) {
       const float ds = d * float(sc[s]), dm = dmin * float(m[s]);
-      const int shift = 4 * (s & 1);
       for (int l = 0; l < 32; ++l) {
-        const int q = ds > 0.0f ? clamp_round((x[32 * s + l] + dm) / ds, 15) : 0;
-        qs[32 * (s / 2) + l] |= uint8_t(q << shift);
+        const int q = ds > 0.0f ? clamp_round((x[32 * s + l] + dm) / ds, nmax) : 0;
+        put_block_code(t, out, 32 * s + l, q);
+      }
+    }
+  }
+}
+}  // namespace
+
+void quantize_q4_k(const float* x, int64_t n_blocks, uint8_t* out) {
+  quantize_k(DType::Q4_K, x, n_blocks, out);
+}
+
+void quantize_q5_k(const float* x, int64_t n_blocks, uint8_t* out) {
+  quantize_k(DType::Q5_K, x, n_blocks, out);
+}
+
+void quantize_q6_k(const float* x, int64_t n_blocks, uint8_t* out) {
+  for (int64_t b = 0; b < n_blocks; ++b, x += 256, out += 210) {
+    std::memset(out, 0, 210);
+    float a[16], max_a = 0.0f;
+    for (int g = 0; g < 16; ++g) {
+      a[g] = fit_group16(x + 16 * g);
+      max_a = std::max(max_a, std::fabs(a[g]));
+    }
+    store_f16(out + 208, max_a / 127.0f);
+    const float d = load_f16(out + 208);
+    auto* scales = reinterpret_cast<int8_t*>(out + 192);
+    for (int g = 0; g < 16; ++g) {
+      const int sc = d > 0.0f ? std::clamp(int(std::lround(a[g] / d)), -127, 127) : 0;
+      scales[g] = int8_t(sc);
+      const float ds = d * float(sc);
+      for (int l = 0; l < 16; ++l) {
+        const int q = ds != 0.0f ? clamp_round(x[16 * g + l] / ds + 32.0f, 63) : 32;
+        put_block_code(DType::Q6_K, out, 16 * g + l, q);
       }
     }
   }
@@ -129,7 +189,7 @@ void quantize_q4_k(const float* x, int64_t n_blocks, uint8_t* out) {
 
 bool quantize_supported(DType t) {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 ||
-         t == DType::Q4_K;
+         t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
 }
 
 void quantize(DType t, const float* x, int64_t n, uint8_t* out) {
@@ -158,8 +218,15 @@ void quantize(DType t, const float* x, int64_t n, uint8_t* out) {
     case DType::Q4_K:
       quantize_q4_k(x, n / 256, out);
       return;
+    case DType::Q5_K:
+      quantize_q5_k(x, n / 256, out);
+      return;
+    case DType::Q6_K:
+      quantize_q6_k(x, n / 256, out);
+      return;
     default:
-      fail("[quantize] cannot encode {} (supported: F32, F16, BF16, Q8_0, Q4_K)", dtype_name(t));
+      fail("[quantize] cannot encode {} (supported: F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K)",
+           dtype_name(t));
   }
 }
 

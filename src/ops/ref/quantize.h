@@ -18,6 +18,12 @@
 //         RMS (bounds in tests/unit/test_quantize.cpp, measurements in docs/quants.md).
 //         ~55 ns per element on one core (gguf_write_model spreads rows over threads).
 //         Not ggml's search (its weights favour large |x|), so bytes differ from llama-quantize's.
+//   Q5_K  as Q4_K with levels 0..31 (the fifth bit of each code in qh).
+//   Q6_K  per super-block of 256 (16 groups of 16), x ≈ d·sc·(q − 32):
+//         1. each group: x ≈ a·L with L in −32..31, the least-squares a over 19 candidate grids
+//            around the one putting the largest |x| on −32 (least squared error wins);
+//         2. d = max|a| / 127 stored as f16; sc = round(a / d16) (int8, ±127);
+//         3. q = clamp(round(x / (d16·sc)) + 32, 0, 63) against the stored scales.
 #pragma once
 #include <cstdint>
 
@@ -27,8 +33,10 @@ namespace basalt::ref {
 
 void quantize_q8_0(const float* x, int64_t n_blocks, uint8_t* out);  // 34 bytes per block
 void quantize_q4_k(const float* x, int64_t n_blocks, uint8_t* out);  // 144 bytes per block
+void quantize_q5_k(const float* x, int64_t n_blocks, uint8_t* out);  // 176 bytes per block
+void quantize_q6_k(const float* x, int64_t n_blocks, uint8_t* out);  // 210 bytes per block
 
-// x[0, n) in dtype t: F32, F16, BF16 (round to nearest even), Q8_0, Q4_K; n must be whole
+// x[0, n) in dtype t: F32, F16, BF16 (round to nearest even), Q8_0, Q4_K, Q5_K, Q6_K; n whole
 // blocks. Throws basalt::Error for other types.
 void quantize(DType t, const float* x, int64_t n, uint8_t* out);
 // Whether quantize() writes t.

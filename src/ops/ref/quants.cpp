@@ -29,6 +29,28 @@ int block_code(DType t, const uint8_t* b, int e) {
   }
 }
 
+void put_block_code(DType t, uint8_t* b, int e, int code) {
+  switch (t) {
+    case DType::Q4_K:
+      b[16 + 32 * (e / 64) + e % 32] |= uint8_t((code & 15) << (4 * ((e / 32) & 1)));
+      return;
+    case DType::Q5_K: {
+      const int s = e / 32, l = e % 32;
+      b[48 + 32 * (s / 2) + l] |= uint8_t((code & 15) << (4 * (s & 1)));
+      b[16 + l] |= uint8_t(((code >> 4) & 1) << s);
+      return;
+    }
+    case DType::Q6_K: {
+      const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+      b[64 * h + 32 * (k & 1) + l] |= uint8_t((code & 15) << (4 * (k >> 1)));
+      b[128 + 32 * h + l] |= uint8_t(((code >> 4) & 3) << (2 * k));
+      return;
+    }
+    default:
+      fail("[ops] put_block_code: {} is not a K type", dtype_name(t));
+  }
+}
+
 void dequant_q8_0(const uint8_t* blocks, int64_t n_blocks, float* out) {
   for (int64_t b = 0; b < n_blocks; ++b, blocks += 34, out += 32) {
     const float d = load_f16(blocks);

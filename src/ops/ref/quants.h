@@ -51,6 +51,9 @@ inline void k_scale_min(const uint8_t* s, int j, int* sc, int* m) {
 // stored 6 bits (0 .. 63, so the signed q is code − 32). The dequantisers below and
 // ref::q8_dot (ops/ref/qdot.h) read the blocks through it.
 int block_code(DType t, const uint8_t* block, int e);
+// The inverse for the K types (Q4_K, Q5_K, Q6_K): ORs the bits of `code` (as block_code
+// returns it) into a block whose code bytes start zeroed. The encoders write through it.
+void put_block_code(DType t, uint8_t* block, int e, int code);
 
 void dequant_q4_0(const uint8_t* blocks, int64_t n_blocks, float* out);
 void dequant_q4_k(const uint8_t* blocks, int64_t n_blocks, float* out);
