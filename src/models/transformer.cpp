@@ -477,6 +477,13 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
   slots_.clear();
   const bool hybrid = pool.has_state();
   int64_t rows = 0;  // rows that need logits
+  // Item rows [from, n) need logits: its last row, or all of them.
+  auto logits_from = [](const BatchItem& it) {
+    const int64_t n = int64_t(it.tokens.size());
+    return it.all_logits ? 0 : std::max<int64_t>(n - 1, 0);
+  };
+  int64_t out_start = -1, out_end = -1;  // the rows needing logits, if one run [start, end)
+  bool out_run = true;
   uint64_t key = 0xcbf29ce484222325ull;
   auto mix = [&key](uint64_t v) { key = (key ^ v) * 0x100000001b3ull; };
   for (const BatchItem& it : batch) {
@@ -495,7 +502,15 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
     }
     if (hybrid && it.seq->slot < 0 && n > 0)
       fail("[model] sequence has no recurrent-state slot (reserve it in the pool first)");
-    rows += it.all_logits ? n : (n > 0 ? 1 : 0);
+    const int64_t at = int64_t(ids_.size()) - n, from = logits_from(it);
+    rows += n - from;
+    if (n > from) {
+      if (out_start < 0)
+        out_start = at + from;
+      else if (at + from != out_end)
+        out_run = false;
+      out_end = at + n;
+    }
     mix(uint64_t(n) * 2 + (it.all_logits ? 1 : 0));
   }
   const int64_t T = int64_t(ids_.size());
@@ -544,24 +559,10 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
   // rows before it stop after the layer's K/V rows are in the cache. Host backends only; a
   // row's arithmetic is unchanged, so are the logits.
   int64_t last_first = 0;
-  {
-    const int64_t L = c.n_layers - 1;
-    bool ok = be.host_memory() && !keep_hidden && L >= 0 && !c.is_linear(L) && !c.is_moe(L);
-    int64_t at = 0, start = -1, end = -1;
-    for (const BatchItem& it : batch) {  // rows [at + from, at + n) of each item need logits
-      const int64_t n = int64_t(it.tokens.size());
-      const int64_t from = it.all_logits ? 0 : std::max<int64_t>(n - 1, 0);
-      if (n > from) {
-        if (start < 0)
-          start = at + from;
-        else if (at + from != end)
-          ok = false;
-        end = at + n;
-      }
-      at += n;
-    }
-    if (ok && start > 0 && end == T) last_first = start;
-  }
+  if (const int64_t L = c.n_layers - 1; be.host_memory() && !keep_hidden && L >= 0 &&
+                                        !c.is_linear(L) && !c.is_moe(L) && out_run &&
+                                        out_start > 0 && out_end == T)
+    last_first = out_start;
   mix(uint64_t(last_first));
 
   be.run(key, [&] {
@@ -605,8 +606,7 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
     // Final norm and LM head on the rows that need logits only.
     int64_t r = 0, first = 0;
     for (const BatchItem& it : batch) {
-      const int64_t n = int64_t(it.tokens.size());
-      const int64_t from = it.all_logits ? 0 : std::max<int64_t>(n - 1, 0);
+      const int64_t n = int64_t(it.tokens.size()), from = logits_from(it);
       if (n > from) {
         be.rmsnorm(s.x + (first + from) * E, w.out_norm, act_row(s.xn, r, E), n - from, E,
                    c.rms_eps);

@@ -164,20 +164,23 @@ class CpuBackend final : public HostBackend {
   void add(float* y, const float* x, int64_t n) override { ref::add(y, x, n); }
 
  private:
-  // Columns per task when the recipe names none: about 8 tasks per thread, in multiples of 16
-  // (a task per 16 columns cost a third of the LM head's decode time in scheduling).
   // The least work (multiply-adds, or elements of elementwise ops) a task gets: below it a
   // task's hand-off to another thread costs more than it saves. On a 64-wide model
   // (stories260K) every op was slower on two threads than on one.
   static constexpr int64_t kMinTaskWork = int64_t(1) << 15;
   // x (+= delta) then y = rmsnorm(x) · w, rows split over the threads.
+  // Rows of `width` elements per task: at least kMinTaskWork elements.
+  static int64_t rows_per_task(int64_t width) {
+    return std::max<int64_t>(1, kMinTaskWork / std::max<int64_t>(width, 1));
+  }
   void norm_rows(float* x, const float* delta, const float* w, float* y, int64_t rows, int64_t n,
                  float eps) {
-    pool_.parallel_ranges(rows, std::max<int64_t>(1, kMinTaskWork / std::max<int64_t>(n, 1)),
-                          [&](int64_t r0, int64_t r1) {
+    pool_.parallel_ranges(rows, rows_per_task(n), [&](int64_t r0, int64_t r1) {
       rmsnorm_rows(x, delta, w, y, r0, r1, n, eps);
     });
   }
+  // Columns per task when the recipe names none: about 8 tasks per thread, in multiples of 16
+  // (a task per 16 columns cost a third of the LM head's decode time in scheduling).
   int64_t auto_grain(int64_t N) const {
     const int64_t tasks = 8 * int64_t(pool_.size());
     return std::max<int64_t>(16, (N + tasks * 16 - 1) / (tasks * 16) * 16);
@@ -203,8 +206,7 @@ class CpuBackend final : public HostBackend {
     const int64_t tb = t_block > 0 ? t_block : T;
     if (q8) {  // rows quantised once, then tasks over columns as for every dtype
       ref::q8_acts_resize(acts_, T, K, ref::q8_group(w.dtype));
-      pool_.parallel_ranges(T, std::max<int64_t>(1, kMinTaskWork / std::max<int64_t>(K, 1)),
-                            [&](int64_t t0, int64_t t1) {
+      pool_.parallel_ranges(T, rows_per_task(K), [&](int64_t t0, int64_t t1) {
         cpu::quantize_acts_rows(x, t0, t1, acts_);
       });
     }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/kernels_hwy.h"
@@ -52,6 +53,18 @@ struct RowF16 {
     return f16_to_f32(u);
   }
 };
+// f(std::integral_constant<int, k>()) for a run-time k in 1..Max (nothing for k outside): a
+// tile or chunk width picked at run time, compiled for each.
+template <int Max, class F>
+HWY_INLINE void WithCount(int64_t k, F&& f) {
+  if constexpr (Max > 0) {
+    if (k == Max)
+      f(std::integral_constant<int, Max>());
+    else
+      WithCount<Max - 1>(k, f);
+  }
+}
+
 // out[i] = GetLane(SumOfLanes(acc[i])) for i < N, bit for bit. On AVX2 that tree is
 // ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)); eight accumulators at a time go through
 // the same additions transposed (7 shuffles and 7 adds for eight sums instead of 4 + 4 each),
@@ -172,14 +185,7 @@ HWY_INLINE void MatmulT(const float* x, int64_t T, int64_t K, int64_t n0, int64_
   // rate, and an 8-tasks-per-thread split leaves them in every task).
   Row rows[kC];
   for (int c = 0; c < n1 - n; ++c) rows[c] = make_row(n + c);
-  switch (n1 - n) {
-    case 5: group(rows, std::integral_constant<int, 5>(), n); break;
-    case 4: group(rows, std::integral_constant<int, 4>(), n); break;
-    case 3: group(rows, std::integral_constant<int, 3>(), n); break;
-    case 2: group(rows, std::integral_constant<int, 2>(), n); break;
-    case 1: group(rows, std::integral_constant<int, 1>(), n); break;
-    default: break;
-  }
+  WithCount<kC - 1>(n1 - n, [&](auto cols) { group(rows, cols, n); });
 }
 
 // Scaled formats (ops/ref/scaled.h): y[t, n] = factor(n) · Σ_k inner(n, k) · x[t, k]. The inner
@@ -389,18 +395,16 @@ HWY_INLINE void AttendRow(const float* q, int64_t D, int64_t n, float scale, Key
   const int64_t L = int64_t(hn::Lanes(d));
   constexpr int kC = 6;
   int64_t j = 0;
-  float dots[kC];
-  for (; j + kC <= n; j += kC) {
-    const RowF32 rows[kC] = {{krow(j)},     {krow(j + 1)}, {krow(j + 2)},
-                             {krow(j + 3)}, {krow(j + 4)}, {krow(j + 5)}};
-    Tile<1, kC>(q, D, rows, D, dots, 1);
-    for (int c = 0; c < kC; ++c) s[j + c] = dots[c] * kscale(j + c) * scale;
-  }
-  for (; j < n; ++j) {
-    const RowF32 rows[1] = {{krow(j)}};
-    Tile<1, 1>(q, D, rows, D, dots, 1);
-    s[j] = dots[0] * kscale(j) * scale;
-  }
+  auto scores = [&](auto keys) {  // keys j .. j + C - 1 as one 1 × C tile
+    constexpr int C = decltype(keys)::value;
+    RowF32 rows[C];
+    float dots[C];
+    for (int c = 0; c < C; ++c) rows[c] = RowF32{krow(j + c)};
+    Tile<1, C>(q, D, rows, D, dots, 1);
+    for (int c = 0; c < C; ++c) s[j + c] = dots[c] * kscale(j + c) * scale;
+  };
+  for (; j + kC <= n; j += kC) scores(std::integral_constant<int, kC>());
+  WithCount<kC - 1>(n - j, scores);
   float m = -INFINITY;
   for (j = 0; j < n; ++j) m = std::max(m, s[j]);
   const auto vm = hn::Set(d, m);
@@ -419,16 +423,9 @@ HWY_INLINE void AttendRow(const float* q, int64_t D, int64_t n, float scale, Key
   const float inv = 1.0f / sum;
   int64_t off = 0;
   for (; off + 8 * L <= D; off += 8 * L) WeightedRowsChunk<8>(s, n, vrow, off, inv, o);
-  switch ((D - off) / L) {
-    case 7: WeightedRowsChunk<7>(s, n, vrow, off, inv, o); break;
-    case 6: WeightedRowsChunk<6>(s, n, vrow, off, inv, o); break;
-    case 5: WeightedRowsChunk<5>(s, n, vrow, off, inv, o); break;
-    case 4: WeightedRowsChunk<4>(s, n, vrow, off, inv, o); break;
-    case 3: WeightedRowsChunk<3>(s, n, vrow, off, inv, o); break;
-    case 2: WeightedRowsChunk<2>(s, n, vrow, off, inv, o); break;
-    case 1: WeightedRowsChunk<1>(s, n, vrow, off, inv, o); break;
-    default: break;
-  }
+  WithCount<7>((D - off) / L, [&](auto nv) {
+    WeightedRowsChunk<decltype(nv)::value>(s, n, vrow, off, inv, o);
+  });
   for (int64_t i = off + (D - off) / L * L; i < D; ++i) {  // dims past the last whole vector
     float acc = 0.0f;
     for (j = 0; j < n; ++j) acc = s[j] * vrow(j)[i] + acc;

@@ -32,8 +32,8 @@ struct SubFit {
 };
 
 // Candidate grids: the one spanning [min(x, 0), max(x)] with nmax steps, and 20 neighbours
-// with nmax − 1 .. nmax + 1 steps over that span (their ends clamp). Each candidate's levels L get the
-// least-squares a, c of x ≈ a·L + c with c ≤ 0 (the format's offset −dmin·m is never
+// with nmax − 1 .. nmax + 1 steps over that span (their ends clamp). Each candidate's levels L
+// get the least-squares a, c of x ≈ a·L + c with c ≤ 0 (the format's offset −dmin·m is never
 // positive); the fit of least squared error wins. Sums in double, the error in closed form.
 SubFit fit_sub_block(const float* x, int nmax) {
   constexpr int n = 32;
