@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/pdl.cuh"
 
 namespace basalt::cuda {
 namespace {
@@ -254,6 +255,7 @@ __host__ __forceinline__ int64_t max_pos_of(const AttnArgs& a) {
 
 template <int DPL, class Src>
 __global__ void __launch_bounds__(32 * kWarps) attn_fused_kernel(AttnArgs a) {
+  pdl_trigger();
   constexpr int D = 32 * DPL;
   __shared__ float qs_all[kWarps][D];
   const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
@@ -278,6 +280,7 @@ __global__ void __launch_bounds__(32 * kWarps) attn_fused_kernel(AttnArgs a) {
 template <int DPL, class Src>
 __global__ void __launch_bounds__(32 * kWarps)
     attn_split_chunks_kernel(AttnArgs a, int64_t max_chunks) {
+  pdl_trigger();
   constexpr int D = 32 * DPL;
   __shared__ float qs_all[kWarps][D];
   const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
@@ -305,6 +308,7 @@ __global__ void __launch_bounds__(32 * kWarps)
 template <int DPL>
 __global__ void __launch_bounds__(32 * kWarps)
     attn_split_merge_kernel(AttnArgs a, int64_t max_chunks) {
+  pdl_trigger();
   constexpr int D = 32 * DPL;
   const int lane = threadIdx.x & 31;
   const int64_t th = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);

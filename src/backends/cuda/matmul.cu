@@ -23,6 +23,7 @@
 #include <algorithm>
 
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/pdl.cuh"
 
 namespace basalt::cuda {
 namespace {
@@ -159,21 +160,28 @@ __global__ void __launch_bounds__(MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>::k
   const int kt0 = split ? int(blockIdx.z) * kSegTiles : 0;
   const int KT = split ? min(KT_all - kt0, kSegTiles) : KT_all;
 
-  auto load_stage = [&](int stage, int kt) {
+  constexpr int kChunksRow = BK / 8;
+  auto load_x = [&](int stage, int kt) {
     const int k0 = (kt0 + kt) * BK;
-    constexpr int kChunksRow = BK / 8;
     __nv_bfloat16* da = sa + stage * BM * C::kLds;
     for (int c = threadIdx.x; c < BM * kChunksRow; c += C::kThreads) {
       const int r = c / kChunksRow, kc = (c % kChunksRow) * 8;
       const bool ok = (m0 + r < T) && (k0 + kc < K);
       cp_async16(da + r * C::kLds + kc, ok ? x + size_t(m0 + r) * K + k0 + kc : x, ok ? 16 : 0);
     }
+  };
+  auto load_w = [&](int stage, int kt) {
+    const int k0 = (kt0 + kt) * BK;
     __nv_bfloat16* db = sb + stage * BN * C::kLds;
     for (int c = threadIdx.x; c < BN * kChunksRow; c += C::kThreads) {
       const int r = c / kChunksRow, kc = (c % kChunksRow) * 8;
       const bool ok = (n0 + r < N) && (k0 + kc < K);
       cp_async16(db + r * C::kLds + kc, ok ? w + size_t(n0 + r) * K + k0 + kc : w, ok ? 16 : 0);
     }
+  };
+  auto load_stage = [&](int stage, int kt) {
+    load_x(stage, kt);
+    load_w(stage, kt);
   };
 
   // Where accumulator element acc[i][j][e] belongs in y: c0,c1 at (row lane/4, cols
@@ -196,9 +204,17 @@ __global__ void __launch_bounds__(MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>::k
 #pragma unroll
         for (int e = 0; e < 4; ++e) tot[i][j][e] = 0.0f;
 
+  // The first stages' weights are requested before waiting for the previous kernel (pdl.cuh:
+  // they are never written), x and everything else after. The first commit group holds all of
+  // those weights, so the first wait covers them.
+  pdl_trigger();
+#pragma unroll
+  for (int st = 0; st < STAGES - 1; ++st)
+    if (st < KT) load_w(st, st);
+  pdl_wait();
 #pragma unroll
   for (int st = 0; st < STAGES - 1; ++st) {
-    if (st < KT) load_stage(st, st);
+    if (st < KT) load_x(st, st);
     cp_async_commit();
   }
 
@@ -320,7 +336,8 @@ __global__ void __launch_bounds__(MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>::k
 // its rows keeps the weight's segments); y has row stride ldy.
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES>
 cudaError_t launch(const bf16_bits* x, int T, const bf16_bits* w, int N, int K, float* y,
-                   cudaStream_t s, void* ws, size_t ws_bytes, int64_t kseg, int ldy, Epi epi = {}) {
+                   cudaStream_t s, void* ws, size_t ws_bytes, int64_t kseg, int ldy, Epi epi,
+                   bool pdl) {
   using C = MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>;
   auto* kern = matmul_bf16_kernel<BM, BN, BK, WARPS_M, WARPS_N, STAGES>;
   static bool attr_set = false;  // per instantiation; idempotent, so a race is harmless
@@ -342,10 +359,12 @@ cudaError_t launch(const bf16_bits* x, int T, const bf16_bits* w, int N, int K, 
   int* counters = static_cast<int*>(ws);
   float* part =
       split ? reinterpret_cast<float*>(static_cast<char*>(ws) + counter_bytes()) : nullptr;
-  kern<<<grid, C::kThreads, C::kSmem, s>>>(reinterpret_cast<const __nv_bfloat16*>(x),
-                                           reinterpret_cast<const __nv_bfloat16*>(w), y, T, N, K,
-                                           ldy, seg_tiles, part, counters, epi);
-  return cudaGetLastError();
+  // Early starts for decode-sized passes only: measured on the H200 (bench/RESULTS.md), they
+  // gain 4-5 % of decode and cost 10 % of a 512-token prefill.
+  return launch_pdl(kern, grid, dim3(C::kThreads), C::kSmem, s, pdl && T <= 64,
+                    reinterpret_cast<const __nv_bfloat16*>(x),
+                    reinterpret_cast<const __nv_bfloat16*>(w), y, T, N, K, ldy, seg_tiles, part,
+                    counters, epi);
 }
 
 // The grouped matmul of the MoE experts (kernels.h moe_matmul): the Rows16x32 tiling (16 rows ×
@@ -370,6 +389,7 @@ __global__ void __launch_bounds__(kMoeThreads)
                       float* __restrict__ y1, const int32_t* __restrict__ order,
                       const int32_t* __restrict__ tiles, int max_tiles, int N, int K,
                       int kSegTiles) {
+  pdl_trigger();  // (launched plainly: its weights come from the plan, written by a kernel)
   constexpr int kMoeLds = MoeCfg<kMoeBK, kMoeStages>::kLds;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* sa = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [STAGES][BM][kLds]
@@ -480,7 +500,7 @@ cudaError_t launch_moe(const bf16_bits* x, int64_t row_div, const bf16_bits* con
 cudaError_t dispatch_bf16(const bf16_bits* x, int T, const bf16_bits* w, int N, int K, float* y,
                           cudaStream_t s, MatmulKernel kernel, void* workspace,
                           size_t workspace_bytes, int64_t kseg, int ldy, int64_t full_n,
-                          Epi epi = {}) {
+                          Epi epi = {}, bool pdl = true) {
   if (kernel == MatmulKernel::Auto) {
     const bool ws_ok = workspace && workspace_bytes >= workspace_bytes_kseg(T, N, K, kseg);
     kernel = T > 64                   ? MatmulKernel::Tile128
@@ -490,16 +510,16 @@ cudaError_t dispatch_bf16(const bf16_bits* x, int T, const bf16_bits* w, int N, 
   switch (kernel) {
     case MatmulKernel::Rows16x16:
       return launch<16, 16, 256, 1, 2, 4>(x, T, w, N, K, y, s, workspace, workspace_bytes, kseg,
-                                          ldy, epi);
+                                          ldy, epi, pdl);
     case MatmulKernel::Rows16x32Deep:
       return launch<16, 32, 256, 1, 4, 6>(x, T, w, N, K, y, s, workspace, workspace_bytes, kseg,
-                                          ldy, epi);
+                                          ldy, epi, pdl);
     case MatmulKernel::Tile128:
-      return launch<128, 128, 32, 2, 4, 4>(x, T, w, N, K, y, s, nullptr, 0, kseg, ldy, epi);
+      return launch<128, 128, 32, 2, 4, 4>(x, T, w, N, K, y, s, nullptr, 0, kseg, ldy, epi, pdl);
     case MatmulKernel::Rows16x32:
     default:
       return launch<16, 32, 128, 1, 4, 4>(x, T, w, N, K, y, s, workspace, workspace_bytes, kseg,
-                                          ldy, epi);
+                                          ldy, epi, pdl);
   }
 }
 
@@ -713,7 +733,7 @@ __global__ void __launch_bounds__(256 / NT) matmul_scaled_kernel(const ScaledArg
   for (int i = 0; i < kSPer; ++i)
     smask |= uint32_t(sr0 + i * kSStep < kSBN && n0 + sr0 + i * kSStep < N) << i;
 
-  auto load_stage = [&](int stage, int kt) {
+  auto load_w = [&](int stage, int kt) {  // codes and group scales
     const uint32_t sd = st0_s + uint32_t(size_t(stage) * stage_bytes);
     const int k0 = (kt0 + kt) * BK;
     const int cb0 = F == SFmt::NVFP4 ? k0 / 2 : k0;  // the stage's first code byte in a row
@@ -737,6 +757,10 @@ __global__ void __launch_bounds__(256 / NT) matmul_scaled_kernel(const ScaledArg
                       ok ? ssp + i * sstride : a.q, ok ? 4 : 0);
         }
     }
+  };
+  auto load_x = [&](int stage, int kt) {
+    const uint32_t sd = st0_s + uint32_t(size_t(stage) * stage_bytes);
+    const int k0 = (kt0 + kt) * BK;
     constexpr int kXChunks = BK / 8;
     const uint32_t sx = sd + uint32_t(C::kXOff);
     for (int c = tid; c < T * kXChunks; c += kThreads) {
@@ -745,6 +769,10 @@ __global__ void __launch_bounds__(256 / NT) matmul_scaled_kernel(const ScaledArg
       cp_async16_s(sx + uint32_t((r * C::kXLd + kc) * 2), ok ? a.x + size_t(r) * K + k0 + kc : a.x,
                    ok ? 16 : 0);
     }
+  };
+  auto load_stage = [&](int stage, int kt) {
+    load_x(stage, kt);
+    load_w(stage, kt);
   };
 
   float acc[MT][NT][4], tot[MT][NT][4];
@@ -755,9 +783,16 @@ __global__ void __launch_bounds__(256 / NT) matmul_scaled_kernel(const ScaledArg
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = tot[i][j][e] = 0.0f;
 
+  // As matmul_bf16: the first stages' codes and scales before waiting for the previous kernel
+  // (pdl.cuh), x after.
+  pdl_trigger();
+#pragma unroll
+  for (int st = 0; st < STAGES - 1; ++st)
+    if (st < KT) load_w(st, st);
+  pdl_wait();
 #pragma unroll
   for (int st = 0; st < STAGES - 1; ++st) {
-    if (st < KT) load_stage(st, st);
+    if (st < KT) load_x(st, st);
     cp_async_commit();
   }
   // While the first stages are in flight: the zero row, and NVFP4's E2M1 pair table (entry e,
@@ -1003,8 +1038,7 @@ cudaError_t launch_scaled(ScaledArgs a, int64_t kseg, cudaStream_t s, void* ws, 
   a.counters = static_cast<int*>(ws);
   a.part = split ? reinterpret_cast<float*>(static_cast<char*>(ws) + counter_bytes()) : nullptr;
   const dim3 grid(unsigned(tiles), unsigned(split ? segs : 1));
-  kern<<<grid, 256 / NT, C::smem(a.T, STAGES), s>>>(a);
-  return cudaGetLastError();
+  return launch_pdl(kern, grid, dim3(256 / NT), C::smem(a.T, STAGES), s, true, a);
 }
 
 // Stage shapes by T (x's rows share the stages with the codes; 2-3 blocks an SM), from
@@ -1094,6 +1128,7 @@ struct DqArgs {
   __nv_bfloat16* out = nullptr;
 };
 __global__ void __launch_bounds__(256) dequant_scaled_kernel(const DqArgs a) {
+  pdl_trigger();
   // rows · K/8 < 2^31 per launch: 32-bit index arithmetic.
   const uint32_t per_row = uint32_t(a.K / 8);
   const uint32_t idx = blockIdx.x * blockDim.x + threadIdx.x;
@@ -1247,8 +1282,9 @@ cudaError_t matmul_scaled(const bf16_bits* x, int64_t T, const ScaledWeight& w, 
     if (e != cudaSuccess) return e;
     Epi ep = epi;
     if (ep.rows) ep.rows += r0;
+    // (No early start: dequant_scaled has just written its "weight".)
     e = dispatch_bf16(x, int(T), inner, int(R), int(w.K), y + r0, s, MatmulKernel::Auto, workspace,
-                      workspace_bytes, kseg, int(w.N), w.N, ep);
+                      workspace_bytes, kseg, int(w.N), w.N, ep, /*pdl=*/false);
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;

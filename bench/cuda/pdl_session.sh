@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One device call: programmatic dependent launch (src/backends/cuda/pdl.cuh) on and off. The GPU
+# tests, then for each model in MODELS (synthetic, written on the device; NAME[-nvfp4][:LAYERS]
+# as in tune_session.sh): logits of a 298-token prompt with BASALT_CUDA_PDL=1 and =0 and with
+# prefill chunks 1 and 64 (all must be bitwise equal), then `basalt bench` alternating
+# BASALT_CUDA_PDL=1 / =0 for ROUNDS rounds. Run from the repository root on the GPU machine with
+# build-cuda/{basalt, tests/gpu/*, rtlib} carried; results in $OUT. Knobs: SKIP_TESTS=1, MODELS,
+# ROUNDS (2), PROMPTS (512), GEN (64).
+. "$(dirname "$0")/session_common.sh"
+gpu_tests
+for spec in ${MODELS:-llama-3.1-8b llama-3.1-8b-nvfp4}; do
+  layers=0
+  case $spec in *:*) layers=${spec#*:} spec=${spec%%:*} ;; esac
+  base=${spec%-nvfp4}
+  M=/tmp/$base-$layers
+  [ -f $M/config.json ] || step $B/basalt synth --preset $base --layers $layers --out $M
+  if [ "$spec" != "$base" ]; then
+    [ -f $M-nvfp4/config.json ] || step $B/basalt quantize -m $M --to nvfp4 --out $M-nvfp4
+    M=$M-nvfp4
+  fi
+  n=$(basename $M)
+  ids=$(seq -s, 1000 37 12000)  # 298 tokens
+  BASALT_CUDA_PDL=1 $B/basalt logits -m $M --device cuda --tokens $ids --out /tmp/l_on.npy 2>/dev/null
+  BASALT_CUDA_PDL=0 $B/basalt logits -m $M --device cuda --tokens $ids --out /tmp/l_off.npy 2>/dev/null
+  for c in 1 64; do
+    $B/basalt logits -m $M --device cuda --tokens $ids --prefill-chunk $c --out /tmp/l_$c.npy \
+      2>/dev/null
+  done
+  for f in off 1 64; do
+    cmp -s /tmp/l_on.npy /tmp/l_$f.npy && echo "$n EXACT pdl on == $f, bitwise" ||
+      echo "$n DIFFER pdl on vs $f"
+  done
+  for r in $(seq ${ROUNDS:-2}); do
+    for pdl in 1 0; do
+      echo "== $n pdl=$pdl round $r" >> "$OUT/bench_$n.txt"
+      BASALT_CUDA_PDL=$pdl step $B/basalt bench -m $M --device cuda -p ${PROMPTS:-512} \
+        -n ${GEN:-64} -r 3 --json >> "$OUT/bench_$n.txt" 2>&1
+    done
+  done
+  grep -E "^==|^\{" "$OUT/bench_$n.txt" | cut -c1-240
+done

@@ -1,0 +1,49 @@
+// Programmatic dependent launch (Hopper): overlapping a kernel's start with the end of the
+// kernel before it in the stream. Changes no result, only when blocks start.
+//
+// A kernel launched with launch_pdl may be scheduled while the previous kernel still runs. Until
+// it calls pdl_wait() it may only read memory no kernel writes (uploaded weights); pdl_wait() returns
+// once the previous kernel has completed and its writes are visible, and only then may it read
+// activations, or write anything. Called in a kernel launched without the attribute, it returns
+// at once.
+//
+// pdl_trigger() lets the next kernel, if launched with launch_pdl, be scheduled as soon as every
+// block of this grid has started (or exited), instead of at this grid's end. It is issued first
+// thing by the kernels a decode step runs, so the next matrix product starts streaming its
+// weights while they finish. Transitively safe: a kernel's pdl_wait() waits for the previous
+// kernel, which itself completed only after its own pdl_wait().
+//
+// BASALT_CUDA_PDL=0 launches everything plainly (for measuring the difference).
+#pragma once
+#include <cuda_runtime.h>
+
+namespace basalt::cuda {
+
+__device__ __forceinline__ void pdl_wait() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+__device__ __forceinline__ void pdl_trigger() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+bool pdl_enabled();  // elementwise.cu: BASALT_CUDA_PDL, read once (default on)
+
+// allow = false launches plainly, e.g. a matmul whose "weight" a kernel has just written (the
+// dequantised scratch of a scaled weight): its early reads would see the old contents.
+template <typename... P, typename... A>
+cudaError_t launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                       bool allow, const A&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = allow && pdl_enabled() ? 1 : 0;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
+}  // namespace basalt::cuda
