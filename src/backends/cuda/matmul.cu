@@ -85,6 +85,11 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_b
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
                "r"(src_bytes));
 }
+// The same to a shared-space address computed once (cvta per copy costs instructions).
+__device__ __forceinline__ void cp_async16_s(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes));
+}
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n");
 }
@@ -160,23 +165,48 @@ __global__ void __launch_bounds__(MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>::k
   const int kt0 = split ? int(blockIdx.z) * kSegTiles : 0;
   const int KT = split ? min(KT_all - kt0, kSegTiles) : KT_all;
 
+  // Copies of a stage: 16-byte chunks, kChunksRow a row. x: only the block's rows that exist
+  // (rows_x); the others are zeroed once in every stage buffer below and never loaded (a
+  // decode block copies 1 row of x, not 16). W: each thread's chunks sit at rows wr0 + i·kWStep,
+  // column wkc of every stage, so their addresses and row checks are computed once; rows >= N
+  // and columns >= K are zero-filled (src_bytes = 0).
   constexpr int kChunksRow = BK / 8;
+  static_assert(C::kThreads % kChunksRow == 0 && (BN * kChunksRow) % C::kThreads == 0, "copies");
+  constexpr int kWStep = C::kThreads / kChunksRow, kWPer = BN * kChunksRow / C::kThreads;
+  const int rows_x = min(BM, T - m0);
+  const int wr0 = threadIdx.x / kChunksRow, wkc = (threadIdx.x % kChunksRow) * 8;
+  const __nv_bfloat16* const wsrc = w + size_t(min(n0 + wr0, N - 1)) * K + wkc;
+  const size_t wstride = size_t(kWStep) * K;
+  uint32_t wmask = 0;
+#pragma unroll
+  for (int i = 0; i < kWPer; ++i) wmask |= uint32_t(n0 + wr0 + i * kWStep < N) << i;
+  const uint32_t wdst = smem_addr(sb) + uint32_t((wr0 * C::kLds + wkc) * 2);
+  // x likewise (rows wr0 + i·kWStep, column wkc), only rows < rows_x.
+  constexpr int kXPer = (BM * kChunksRow + C::kThreads - 1) / C::kThreads;
+  const __nv_bfloat16* const xsrc = x + size_t(m0 + min(wr0, rows_x - 1)) * K + wkc;
+  uint32_t xmask = 0;
+#pragma unroll
+  for (int i = 0; i < kXPer; ++i) xmask |= uint32_t(wr0 + i * kWStep < rows_x) << i;
+  const uint32_t xdst = smem_addr(sa) + uint32_t((wr0 * C::kLds + wkc) * 2);
   auto load_x = [&](int stage, int kt) {
     const int k0 = (kt0 + kt) * BK;
-    __nv_bfloat16* da = sa + stage * BM * C::kLds;
-    for (int c = threadIdx.x; c < BM * kChunksRow; c += C::kThreads) {
-      const int r = c / kChunksRow, kc = (c % kChunksRow) * 8;
-      const bool ok = (m0 + r < T) && (k0 + kc < K);
-      cp_async16(da + r * C::kLds + kc, ok ? x + size_t(m0 + r) * K + k0 + kc : x, ok ? 16 : 0);
-    }
+    const bool col_ok = k0 + wkc < K;
+    const uint32_t d = xdst + uint32_t(stage * BM * C::kLds * 2);
+#pragma unroll
+    for (int i = 0; i < kXPer; ++i)
+      if (xmask >> i & 1u)
+        cp_async16_s(d + uint32_t(i * kWStep * C::kLds * 2),
+                     col_ok ? xsrc + k0 + size_t(i) * kWStep * K : x, col_ok ? 16 : 0);
   };
   auto load_w = [&](int stage, int kt) {
     const int k0 = (kt0 + kt) * BK;
-    __nv_bfloat16* db = sb + stage * BN * C::kLds;
-    for (int c = threadIdx.x; c < BN * kChunksRow; c += C::kThreads) {
-      const int r = c / kChunksRow, kc = (c % kChunksRow) * 8;
-      const bool ok = (n0 + r < N) && (k0 + kc < K);
-      cp_async16(db + r * C::kLds + kc, ok ? w + size_t(n0 + r) * K + k0 + kc : w, ok ? 16 : 0);
+    const bool col_ok = k0 + wkc < K;
+    const uint32_t d = wdst + uint32_t(stage * BN * C::kLds * 2);
+#pragma unroll
+    for (int i = 0; i < kWPer; ++i) {
+      const bool ok = col_ok && (wmask >> i & 1u);
+      cp_async16_s(d + uint32_t(i * kWStep * C::kLds * 2), ok ? wsrc + k0 + i * wstride : w,
+                   ok ? 16 : 0);
     }
   };
   auto load_stage = [&](int stage, int kt) {
@@ -217,7 +247,15 @@ __global__ void __launch_bounds__(MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>::k
     if (st < KT) load_x(st, st);
     cp_async_commit();
   }
+  // x rows >= rows_x: zero in every stage buffer (published by the loop's first barrier).
+  for (int c = rows_x * kChunksRow + int(threadIdx.x); c < BM * kChunksRow; c += C::kThreads)
+#pragma unroll
+    for (int st = 0; st < STAGES; ++st)
+      *reinterpret_cast<uint4*>(sa + st * BM * C::kLds + (c / kChunksRow) * C::kLds +
+                                (c % kChunksRow) * 8) = make_uint4(0, 0, 0, 0);
 
+  int seg_pos = 0;          // k-stages done in the current segment
+  bool first_seg = true;    // folding mode: the segment being summed is c_0
   for (int kt = 0; kt < KT; ++kt) {
     cp_async_wait<STAGES - 2>();
     __syncthreads();  // stage kt landed for all; stage kt-1 is no longer read by anyone
@@ -258,8 +296,10 @@ __global__ void __launch_bounds__(MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>::k
     // End of a segment (folding mode): tot = c_0, then tot = tot + c_s; acc restarts from 0.
     // Large tiles keep tot in y itself (each thread its own elements): registers for a second
     // 64-float array would halve their occupancy.
-    if (!split && ((kt + 1) % kSegTiles == 0 || kt + 1 == KT)) {
-      const bool first = kt < kSegTiles;
+    if (!split && (++seg_pos == kSegTiles || kt + 1 == KT)) {
+      const bool first = first_seg;
+      first_seg = false;
+      seg_pos = 0;
 #pragma unroll
       for (int i = 0; i < C::kMt; ++i)
 #pragma unroll
@@ -676,10 +716,6 @@ struct SCfg {
 
 // cp.async to a shared-space address (computed once per thread): 16 bytes through L2 only, or 4
 // bytes (cp.async.ca: sizes below 16 go through L1); src_bytes = 0 writes zeros.
-__device__ __forceinline__ void cp_async16_s(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes));
-}
 __device__ __forceinline__ void cp_async4_s(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
                "r"(src_bytes));
