@@ -80,12 +80,8 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return uint32_t(__cvta_generic_to_shared(p));
 }
 
-// 16-byte async copy; src_bytes = 0 fills the destination with zeros and reads nothing.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(src_bytes));
-}
-// The same to a shared-space address computed once (cvta per copy costs instructions).
+// 16-byte async copy to a shared-space address (computed once: a cvta per copy costs
+// instructions); src_bytes = 0 fills the destination with zeros and reads nothing.
 __device__ __forceinline__ void cp_async16_s(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                "r"(src_bytes));
@@ -451,22 +447,44 @@ __global__ void __launch_bounds__(kMoeThreads)
   const int wn = warp * 8;  // each warp: the 16 rows × 8 columns at wn
   const int KT = (K + kMoeBK - 1) / kMoeBK;
 
+  // As matmul_bf16: each thread's chunks at rows cr0 + i·kStep, column ckc of every stage,
+  // addresses computed once; x rows without a pair (r >= rows) are zeroed once, never loaded.
+  constexpr int kChunksRow = kMoeBK / 8;
+  static_assert(kMoeThreads % kChunksRow == 0 && (kMoeBN * kChunksRow) % kMoeThreads == 0 &&
+                    (kMoeBM * kChunksRow) % kMoeThreads == 0,
+                "copies");
+  constexpr int kStep = kMoeThreads / kChunksRow, kWPer = kMoeBN * kChunksRow / kMoeThreads,
+                kXPer = kMoeBM * kChunksRow / kMoeThreads;
+  const int cr0 = threadIdx.x / kChunksRow, ckc = (threadIdx.x % kChunksRow) * 8;
+  const __nv_bfloat16* const wsrc = w + size_t(min(n0 + cr0, N - 1)) * K + ckc;
+  uint32_t wmask = 0;
+#pragma unroll
+  for (int i = 0; i < kWPer; ++i) wmask |= uint32_t(n0 + cr0 + i * kStep < N) << i;
+  const __nv_bfloat16* xsrc[kXPer];
+  uint32_t xmask = 0;
+#pragma unroll
+  for (int i = 0; i < kXPer; ++i) {
+    const int p = pair_of_row[cr0 + i * kStep];
+    xmask |= uint32_t(p >= 0) << i;
+    xsrc[i] = x + size_t(p >= 0 ? p / row_div : 0) * K + ckc;
+  }
+  const uint32_t wdst = smem_addr(sb) + uint32_t((cr0 * kMoeLds + ckc) * 2);
+  const uint32_t xdst = smem_addr(sa) + uint32_t((cr0 * kMoeLds + ckc) * 2);
   auto load_stage = [&](int stage, int kt) {
     const int k0 = kt * kMoeBK;
-    constexpr int kChunksRow = kMoeBK / 8;
-    __nv_bfloat16* da = sa + stage * kMoeBM * kMoeLds;
-    for (int c = threadIdx.x; c < kMoeBM * kChunksRow; c += kMoeThreads) {
-      const int r = c / kChunksRow, kc = (c % kChunksRow) * 8;
-      const int p = pair_of_row[r];
-      const bool ok = p >= 0 && k0 + kc < K;
-      cp_async16(da + r * kMoeLds + kc, ok ? x + size_t(p / row_div) * K + k0 + kc : x,
-                 ok ? 16 : 0);
-    }
-    __nv_bfloat16* db = sb + stage * kMoeBN * kMoeLds;
-    for (int c = threadIdx.x; c < kMoeBN * kChunksRow; c += kMoeThreads) {
-      const int r = c / kChunksRow, kc = (c % kChunksRow) * 8;
-      const bool ok = (n0 + r < N) && (k0 + kc < K);
-      cp_async16(db + r * kMoeLds + kc, ok ? w + size_t(n0 + r) * K + k0 + kc : w, ok ? 16 : 0);
+    const bool col_ok = k0 + ckc < K;
+    const uint32_t dx = xdst + uint32_t(stage * kMoeBM * kMoeLds * 2);
+#pragma unroll
+    for (int i = 0; i < kXPer; ++i)
+      if (xmask >> i & 1u)
+        cp_async16_s(dx + uint32_t(i * kStep * kMoeLds * 2), col_ok ? xsrc[i] + k0 : x,
+                     col_ok ? 16 : 0);
+    const uint32_t dw = wdst + uint32_t(stage * kMoeBN * kMoeLds * 2);
+#pragma unroll
+    for (int i = 0; i < kWPer; ++i) {
+      const bool ok = col_ok && (wmask >> i & 1u);
+      cp_async16_s(dw + uint32_t(i * kStep * kMoeLds * 2),
+                   ok ? wsrc + k0 + size_t(i) * kStep * K : w, ok ? 16 : 0);
     }
   };
 
@@ -476,6 +494,13 @@ __global__ void __launch_bounds__(kMoeThreads)
     if (st < KT) load_stage(st, st);
     cp_async_commit();
   }
+  for (int c = rows * kChunksRow + int(threadIdx.x); c < kMoeBM * kChunksRow; c += kMoeThreads)
+#pragma unroll
+    for (int st = 0; st < kMoeStages; ++st)
+      *reinterpret_cast<uint4*>(sa + (st * kMoeBM + c / kChunksRow) * kMoeLds +
+                                (c % kChunksRow) * 8) = make_uint4(0, 0, 0, 0);
+  int seg_pos = 0;
+  bool seg0 = true;
   for (int kt = 0; kt < KT; ++kt) {
     cp_async_wait<kMoeStages - 2>();
     __syncthreads();
@@ -491,13 +516,14 @@ __global__ void __launch_bounds__(kMoeThreads)
       ldmatrix_x2(bfr, tb + (wn + (lane & 7)) * kMoeLds + kk + ((lane >> 3) & 1) * 8);
       mma_bf16(acc, af, bfr[0], bfr[1]);
     }
-    if ((kt + 1) % kSegTiles == 0 || kt + 1 == KT) {  // end of a segment: fold, restart
-      const bool seg0 = kt < kSegTiles;
+    if (++seg_pos == kSegTiles || kt + 1 == KT) {  // end of a segment: fold, restart
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         tot[e] = seg0 ? acc[e] : __fadd_rn(tot[e], acc[e]);
         acc[e] = 0.0f;
       }
+      seg0 = false;
+      seg_pos = 0;
     }
   }
   cp_async_wait<0>();
