@@ -16,8 +16,10 @@
 // segment order. Both are the same arithmetic, so the bits do not depend on the mode either.
 //
 // Tilings: the k-stage (BK) and the block shape only decide what sits in shared memory when;
-// they never change the chain. Rows16x* (T padded to 16 rows, zero-filled by cp.async without
-// touching memory) stream W for decode; Tile128 reuses tiles for prefill.
+// they never change the chain. Rows16x* (T padded to 16 rows: the rows past T are zeroed once in
+// shared memory and never loaded) stream W for decode; Tile128 reuses tiles for prefill.
+// Decode-sized launches start early (pdl.cuh): their first weight stages are requested before
+// the previous kernel has finished.
 #include <cuda_bf16.h>
 
 #include <algorithm>
