@@ -26,7 +26,8 @@ struct QuantizeArgs {
 
 // --to values: GGUF types (a .gguf file) and the scaled formats (an HF directory).
 constexpr const char* kTargets =
-    "f32, f16, bf16, q8_0, q4_k, q5_k, q6_k (GGUF file); nvfp4, fp8, fp8-block (HF directory)";
+    "f32, f16, bf16, q8_0, q4_k, q5_k, q6_k (every matrix that type), q4_k_m, q5_k_m (llama.cpp's "
+    "mixed presets) (GGUF file); nvfp4, fp8, fp8-block (HF directory)";
 
 int run_hf_quantize(const QuantizeArgs& a, HfQuantTarget target) {
   if (a.out.empty()) fail("[quantize] --out DIR is required");
@@ -79,9 +80,10 @@ io::GgufMetadata gguf_metadata(const io::Checkpoint& ck) {
 
 int run_quantize(const QuantizeArgs& a) {
   if (HfQuantTarget t; hf_quant_target_parse(a.to, &t)) return run_hf_quantize(a, t);
-  DType dt;
-  if (!gguf_dtype_parse(a.to, &dt))
+  GgufScheme scheme;
+  if (!gguf_scheme_parse(a.to, &scheme))
     fail("[quantize] --to must be one of {}, got '{}'", kTargets, a.to);
+  const DType dt = scheme.base;
   if (a.out.empty()) fail("[quantize] --out FILE.gguf is required");
   const auto t0 = std::chrono::steady_clock::now();
   const io::Checkpoint ck = io::checkpoint_open(a.model);
@@ -99,7 +101,7 @@ int run_quantize(const QuantizeArgs& a) {
     meta.emplace_back("general.name", io::gguf_str(a.name));
   }
   const std::vector<GgufSource> sources = gguf_sources_from_checkpoint(ck, c);
-  gguf_write_model(a.out, std::move(meta), sources, dt, a.threads,
+  gguf_write_model(a.out, std::move(meta), sources, scheme, a.threads,
                    [](size_t i, size_t n, const GgufSource& s, DType t) {
                      spdlog::info("[{}/{}] {} {} {}", i + 1, n, s.name, shape_str(s.shape),
                                   dtype_name(t));
@@ -115,7 +117,8 @@ int run_quantize(const QuantizeArgs& a) {
 Runner add_quantize(CLI::App& app) {
   auto a = std::make_shared<QuantizeArgs>();
   CLI::App* sc = app.add_subcommand(
-      "quantize", "Rewrite a checkpoint as GGUF (f16/q8_0/q4_k/q5_k/q6_k) or as an NVFP4/FP8 HF directory");
+      "quantize", "Rewrite a checkpoint as GGUF (f16/q8_0/q4_k/q5_k/q6_k/q4_k_m/q5_k_m) or as an NVFP4/FP8 HF "
+      "directory");
   sc->add_option("-m,--model", a->model, "HF model directory or .gguf (default: embedded)");
   sc->add_option("--to", a->to, std::string("Matrix type: ") + kTargets)->required();
   sc->add_option("--out", a->out, "Output .gguf file (GGUF types) or directory (nvfp4/fp8)")

@@ -27,12 +27,14 @@ int run_synth(const SynthArgs& a) {
     fail("[synth] --format must be safetensors or gguf, got '{}'", a.format);
   const bool gguf = a.format == "gguf";
   if (a.out.empty()) fail("[synth] --out {} is required", gguf ? "FILE.gguf" : "DIR");
-  DType dt;
-  if (!gguf_dtype_parse(a.dtype, &dt) || (!gguf && dtype_block_elems(dt) != 1))
+  GgufScheme scheme;
+  if (!gguf_scheme_parse(a.dtype, &scheme) ||
+      (!gguf && (scheme.mixed || dtype_block_elems(scheme.base) != 1)))
     fail("[synth] --dtype must be {}, got '{}'",
-         gguf ? "bf16, f16, f32, q8_0, q4_k, q5_k or q6_k"
-              : "bf16, f16 or f32 (q8_0, q4_k, q5_k, q6_k: --format gguf)",
+         gguf ? "bf16, f16, f32, q8_0, q4_k, q5_k, q6_k, q4_k_m or q5_k_m"
+              : "bf16, f16 or f32 (q8_0, q4_k, q5_k, q6_k, q4_k_m, q5_k_m: --format gguf)",
          a.dtype);
+  const DType dt = scheme.base;
   SynthPreset preset = synth_preset(a.preset);
   if (a.layers != 0) {  // the first N layers of the real shape (benchmarks on a smaller disk)
     nlohmann::ordered_json& c = preset.config;
@@ -45,7 +47,7 @@ int run_synth(const SynthArgs& a) {
     preset.name += "-" + std::to_string(a.layers) + "l";
   }
   if (gguf)
-    synth_write_gguf(preset, dt, a.out, a.seed, a.threads);
+    synth_write_gguf(preset, scheme, a.out, a.seed, a.threads);
   else
     synth_write(preset, dt, a.out, a.seed);
   std::fprintf(stderr, "wrote %s (%s, %s, %s)\n", a.out.c_str(), a.preset.c_str(), a.format.c_str(),
@@ -62,7 +64,8 @@ Runner add_synth(CLI::App& app) {
   sc->add_option("--format", a->format,
                  "safetensors (default: an HF directory) or gguf (one file, llama.cpp's layout)");
   sc->add_option("--dtype", a->dtype,
-                 "bf16 (default), f16 or f32; with --format gguf also q8_0, q4_k, q5_k, q6_k");
+                 "bf16 (default), f16 or f32; with --format gguf also q8_0, q4_k, q5_k, q6_k, and "
+                 "llama.cpp's mixed q4_k_m, q5_k_m");
   sc->add_option("--out", a->out, "Output directory (safetensors) or file (gguf)");
   sc->add_option("--seed", a->seed, "Seed (the same seed writes the same bytes)");
   sc->add_option("--threads", a->threads, "Encoding threads for gguf (default: all cores)");

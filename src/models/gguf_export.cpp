@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <set>
 #include <tuple>
 
@@ -127,6 +128,39 @@ uint32_t gguf_file_type(DType t) {
       fail("[gguf] no GGUF file type for {} (f32, f16, bf16, q8_0, q4_k, q5_k, q6_k)",
            dtype_name(t));
   }
+}
+
+bool gguf_scheme_parse(const std::string& name, GgufScheme* out) {
+  if (DType t; gguf_dtype_parse(name, &t)) return *out = GgufScheme(t), true;
+  if (name == "q4_k_m") return *out = GgufScheme(DType::Q4_K, true), true;
+  if (name == "q5_k_m") return *out = GgufScheme(DType::Q5_K, true), true;
+  return false;
+}
+
+bool gguf_more_bits_layer(int64_t layer, int64_t n_layers) {
+  return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
+}
+
+DType gguf_tensor_type(const GgufScheme& s, const std::string& name,
+                       const std::vector<int64_t>& shape, int64_t n_layers, bool tied) {
+  DType want = s.base;
+  if (s.mixed && shape.size() >= 2) {
+    const bool output = name == "output.weight" || (tied && name == "token_embd.weight");
+    int64_t layer = -1;
+    if (name.rfind("blk.", 0) == 0) layer = std::atoll(name.c_str() + 4);
+    const bool more = layer >= 0 && (name.ends_with(".attn_v.weight") ||
+                                     name.ends_with(".ffn_down.weight")) &&
+                      gguf_more_bits_layer(layer, n_layers);
+    if (output || more) want = DType::Q6_K;
+  }
+  return gguf_storage_type(want, shape);
+}
+
+uint32_t gguf_file_type(const GgufScheme& s) {
+  if (!s.mixed) return gguf_file_type(s.base);
+  if (s.base == DType::Q4_K) return 15;  // LLAMA_FTYPE_MOSTLY_Q4_K_M
+  if (s.base == DType::Q5_K) return 17;  // LLAMA_FTYPE_MOSTLY_Q5_K_M
+  fail("[gguf] no mixed preset over {} (q4_k_m, q5_k_m)", dtype_name(s.base));
 }
 
 ModelConfig gguf_config_from_hf(const nlohmann::json& config, const std::string& file) {
@@ -339,20 +373,27 @@ std::vector<GgufSource> gguf_sources_from_checkpoint(const io::Checkpoint& ck,
 }
 
 void gguf_write_model(const std::string& path, io::GgufMetadata metadata,
-                      const std::vector<GgufSource>& sources, DType dtype, int threads,
-                      const GgufProgress& progress) {
-  if (!ref::quantize_supported(dtype))
-    fail("[gguf] {}: cannot write matrices as {}", path, dtype_name(dtype));
+                      const std::vector<GgufSource>& sources, const GgufScheme& scheme,
+                      int threads, const GgufProgress& progress) {
+  if (!ref::quantize_supported(scheme.base))
+    fail("[gguf] {}: cannot write matrices as {}", path, dtype_name(scheme.base));
   std::erase_if(metadata, [](const auto& kv) {
     return kv.first == "general.file_type" || kv.first == "general.quantization_version";
   });
-  metadata.emplace_back("general.file_type", io::gguf_u32(gguf_file_type(dtype)));
+  metadata.emplace_back("general.file_type", io::gguf_u32(gguf_file_type(scheme)));
+  int64_t n_layers = 0;
+  bool tied = true;
+  for (const GgufSource& s : sources) {
+    if (s.name.rfind("blk.", 0) == 0)
+      n_layers = std::max<int64_t>(n_layers, std::atoll(s.name.c_str() + 4) + 1);
+    if (s.name == "output.weight") tied = false;
+  }
   metadata.emplace_back("general.quantization_version", io::gguf_u32(2));  // GGML_QNT_VERSION
   ThreadPool pool(threads);
   std::vector<io::TensorToWrite> ts;
   for (size_t i = 0; i < sources.size(); ++i) {
     const GgufSource& s = sources[i];
-    const DType st = gguf_storage_type(dtype, s.shape);
+    const DType st = gguf_tensor_type(scheme, s.name, s.shape, n_layers, tied);
     const int64_t cols = s.shape.empty() ? 1 : s.shape.back();
     const size_t row_bytes = dtype_bytes(st, cols);
     ts.push_back({s.name, st, s.shape,

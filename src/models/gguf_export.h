@@ -36,6 +36,28 @@ DType gguf_storage_type(DType want, const std::vector<int64_t>& shape);
 // matrix has the type, like llama-quantize --pure), 32 BF16.
 uint32_t gguf_file_type(DType t);
 
+// How a file's tensors are typed: every matrix `base` (like llama-quantize --pure), or, with
+// mixed, llama.cpp's "_M" presets over base Q4_K (Q4_K_M) or Q5_K (Q5_K_M): Q6_K for the output
+// matrix (the token embedding when the model ties them) and for attn_v and ffn_down of the
+// layers gguf_more_bits_layer picks; every other matrix base. Implicit from a DType (pure).
+struct GgufScheme {
+  DType base = DType::F16;
+  bool mixed = false;
+  GgufScheme(DType t = DType::F16, bool m = false) : base(t), mixed(m) {}  // NOLINT
+};
+// gguf_dtype_parse's names (pure) plus "q4_k_m" and "q5_k_m"; false otherwise.
+bool gguf_scheme_parse(const std::string& name, GgufScheme* out);
+// llama.cpp's use_more_bits: the first and last eighth of the layers, and every third layer
+// between them (layer - n/8 ≡ 2 mod 3), integer division as there.
+bool gguf_more_bits_layer(int64_t layer, int64_t n_layers);
+// The type tensor `name` (GGUF name, shape) is stored as under s in a model of n_layers layers
+// (tied: no output.weight, the token embedding is the output matrix): the scheme's choice, then
+// gguf_storage_type's fallbacks for rows that are not whole blocks and for 1-D tensors.
+DType gguf_tensor_type(const GgufScheme& s, const std::string& name,
+                       const std::vector<int64_t>& shape, int64_t n_layers, bool tied);
+// general.file_type of a scheme: gguf_file_type(base) when pure; 15 Q4_K_M, 17 Q5_K_M.
+uint32_t gguf_file_type(const GgufScheme& s);
+
 // ModelConfig of an HF config.json (architectures[0] picks llama or qwen3).
 ModelConfig gguf_config_from_hf(const nlohmann::json& config, const std::string& file);
 // general.* and {arch}.* keys for c (no tokenizer keys); name goes to general.name.
@@ -61,13 +83,15 @@ std::vector<GgufSource> gguf_sources_from_hf(const ModelConfig& c, const HfRows&
 std::vector<GgufSource> gguf_sources_from_checkpoint(const io::Checkpoint& ck,
                                                      const ModelConfig& c);
 
-// Writes the file: sources stored as gguf_storage_type(dtype, shape), encoded on `threads`
-// threads (≤ 0: all cores); metadata gets general.file_type and general.quantization_version
-// (replacing any given).
+// Writes the file: sources stored as gguf_tensor_type(scheme, ...) (the layer count and whether
+// the embedding is tied read from the sources' names), encoded on `threads` threads (≤ 0: all
+// cores); metadata gets general.file_type and general.quantization_version (replacing any
+// given).
 // progress(i, n, source, type) is called as source i of n starts.
 using GgufProgress = std::function<void(size_t i, size_t n, const GgufSource& s, DType type)>;
 void gguf_write_model(const std::string& path, io::GgufMetadata metadata,
-                      const std::vector<GgufSource>& sources, DType dtype, int threads,
+                      const std::vector<GgufSource>& sources, const GgufScheme& scheme,
+                      int threads,
                       const GgufProgress& progress = {});
 
 }  // namespace basalt

@@ -298,8 +298,8 @@ void synth_write(const SynthPreset& preset, DType dtype, const std::string& out_
                         {{"format", "pt"}, {"basalt_synth", preset.name}});
 }
 
-void synth_write_gguf(const SynthPreset& preset, DType dtype, const std::string& out_file,
-                      uint64_t seed, int threads) {
+void synth_write_gguf(const SynthPreset& preset, const GgufScheme& scheme,
+                      const std::string& out_file, uint64_t seed, int threads) {
   const std::string type = preset.config["model_type"];
   if (type != "llama" && type != "qwen3")
     fail("[synth] preset '{}' ({}): GGUF output is only written for Llama and Qwen3 models",
@@ -312,13 +312,13 @@ void synth_write_gguf(const SynthPreset& preset, DType dtype, const std::string&
     for (int64_t i = 0; i < n * cols; ++i) out[i] = synth_value(key, first * cols + i);
   };
   const auto sources = gguf_sources_from_hf(c, hf, [](const std::string&) { return false; });
-  io::GgufMetadata meta = gguf_model_metadata(c, preset.name, dtype);
+  io::GgufMetadata meta = gguf_model_metadata(c, preset.name, scheme.base);
   for (auto& kv : gguf_synthetic_vocab(c)) meta.push_back(std::move(kv));
   meta.emplace_back("basalt.synth.preset", io::gguf_str(preset.name));
   meta.emplace_back("basalt.synth.seed", io::gguf_u64(seed));
   const std::filesystem::path dir = std::filesystem::path(out_file).parent_path();
   if (!dir.empty()) std::filesystem::create_directories(dir);
-  gguf_write_model(out_file, std::move(meta), sources, dtype, threads);
+  gguf_write_model(out_file, std::move(meta), sources, scheme, threads);
 }
 
 }  // namespace basalt
