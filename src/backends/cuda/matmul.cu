@@ -978,13 +978,24 @@ __global__ void __launch_bounds__(256 / NT) matmul_scaled_kernel(const ScaledArg
             l0[s][j] = lds32(lutl + c0 * 128u);
             l1[s][j] = lds32(lutl + c1 * 128u);
           }
+        // The group scales of slices (sg, sg + 1) in one conversion: bytes b, b + 1 of the scale
+        // word as [S_b, 0, S_b+1, 0] -> bf16x2 (S_b, S_b+1) (each half converted alone, so the
+        // same bits as one scale at a time), then each half duplicated for its slice.
+        uint32_t pair[kChunk / 2][NT];
+#pragma unroll
+        for (int s = 0; s < kChunk; s += 2) {
+          const int sg = c * kChunk + s, b = sg % 4;  // b even: 0 or 2
+#pragma unroll
+          for (int j = 0; j < NT; ++j)
+            pair[s / 2][j] =
+                e4m3x2_bf16x2(prmt(scw[j][sg / 4], 0u, 0x4040u | uint32_t(b) | uint32_t(b + 1) << 8));
+        }
 #pragma unroll
         for (int s = 0; s < kChunk; ++s) {
-          const int sg = c * kChunk + s;  // the slice in the stage = its scale byte
 #pragma unroll
           for (int j = 0; j < NT; ++j) {
-            const uint32_t S2 =  // (S, S): scale byte sg as [S, 0, S, 0]
-                e4m3x2_bf16x2(prmt(scw[j][sg / 4], 0u, 0x4040u | uint32_t(sg % 4) * 0x101u));
+            const uint32_t p = pair[s / 2][j];
+            const uint32_t S2 = prmt(p, p, s % 2 ? 0x3232u : 0x1010u);  // (S, S)
             const uint32_t b0 = bf16x2_mul(l0[s][j], S2), b1 = bf16x2_mul(l1[s][j], S2);
 #pragma unroll
             for (int i = 0; i < MT; ++i) mma_bf16(acc[i][j], r.af[s][i], b0, b1);
