@@ -27,6 +27,7 @@ struct ServeArgs {
   int parallel = 8;
   std::string spec;
   int64_t spec_tokens = 4;
+  bool spec_adaptive = false;
   int threads = 0;
 };
 
@@ -75,6 +76,8 @@ int run_serve(ServeArgs a) {
   cfg.max_batch = a.parallel;
   cfg.spec = a.spec;
   cfg.spec_tokens = a.spec_tokens;
+  cfg.spec_adaptive = a.spec_adaptive;
+  if (a.spec_adaptive && a.spec.empty()) fail("[serve] --spec-adaptive needs --spec");
   Engine engine(*model, *be, cfg);
 
   server::ServerContext ctx(engine, *tok, a.opt);
@@ -129,7 +132,8 @@ Runner add_serve(CLI::App& app) {
       ->check(CLI::Range(1, 1024));
   add_spec_options(sc, a->spec, a->spec_tokens,
                    "Speculative decoding: ngram (prompt lookup), draft:PATH (a smaller model with the "
-                   "same tokenizer) or mtp (the checkpoint's MTP head); outputs unchanged");
+                   "same tokenizer) or mtp (the checkpoint's MTP head); outputs unchanged",
+                   &a->spec_adaptive);
   sc->add_option("--served-model-name", a->opt.served_name,
                  "Model name in the API (default: the model's base name or basalt-default)");
   sc->add_option("-t,--threads", a->threads, "CPU threads (default: all)");

@@ -221,13 +221,19 @@ bool Engine::step() {
     // A decoding sequence may verify drafts in the same pass: no more than its budget, the
     // tokens it may still emit and its context allow.
     s.spec_in.clear();
+    s.spec_asked = false;
     // (Hybrid: drafts need a slot for the state copy, and no prefix-cache state pending.)
     const bool state_ok =
         !pool_->has_state() || (s.kv.restore < 0 && pool_->slots_available() > 0);
     Drafter* dr = drafter_ ? drafter_.get() : s.drafter.get();
     if (dr && unfed == 1 && s.req.forced_output.empty() && state_ok) {
+      int64_t want = cfg_.spec_tokens;
+      if (cfg_.spec_adaptive) {
+        if (!s.policy) s.policy = std::make_unique<SpecPolicy>(cfg_.spec_tokens);
+        want = s.policy->next_k();
+      }
       const int64_t k =
-          std::min({cfg_.spec_tokens, budget - 1, s.req.max_new_tokens - s.generated - 1,
+          std::min({want, budget - 1, s.req.max_new_tokens - s.generated - 1,
                     max_context_ - int64_t(s.history.size()) - 1});
       if (k > 0) {
         std::vector<int32_t> d;
@@ -239,10 +245,12 @@ bool Engine::step() {
           s.drafter.reset();
           d.clear();
         }
+        s.draft_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - td).count();
+        s.spec_asked = s.policy != nullptr;
         {
           std::lock_guard<std::mutex> lk(mu_);
-          stats_.spec_draft_seconds +=
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - td).count();
+          stats_.spec_draft_seconds += s.draft_s;
+          if (s.policy) ++stats_.spec_adaptive_passes, stats_.spec_adaptive_k_total += k;
         }
         if (int64_t(d.size()) > k) d.resize(size_t(k));
         if (!d.empty()) {
@@ -386,10 +394,13 @@ bool Engine::step() {
     }
     return true;
   };
+  const double pass_s = std::chrono::duration<double>(t1 - t0).count();
+  std::vector<std::pair<Seq*, std::pair<int64_t, int64_t>>> spec_records;  // (k, accepted)
   for (size_t b = 0; b < in_batch.size(); ++b) {
     Seq& s = *in_batch[b];
     if (s.spec_in.empty()) {
       if (s.kv.length < int64_t(s.history.size())) continue;  // mid-prefill
+      if (s.spec_asked) spec_records.push_back({&s, {0, 0}});  // asked, nothing drafted
       int32_t tok;
       if (!pick(s, row0[b], tok)) done.push_back(&s);
       continue;
@@ -415,6 +426,7 @@ bool Engine::step() {
       stats_.spec_drafted += int64_t(nd);
       stats_.spec_accepted += int64_t(n);
     }
+    if (s.policy) spec_records.push_back({&s, {int64_t(nd), int64_t(n)}});
     if (!alive) {
       done.push_back(&s);
       continue;
@@ -433,11 +445,19 @@ bool Engine::step() {
       pool_->truncate(s.kv, s.kv.length - int64_t(nd - n));
     }
   }
+  double replay_s = 0;  // (a rejection's extra cost for hybrids, charged to the policy)
   if (!replay.empty()) {
+    const auto tr = std::chrono::steady_clock::now();
     replay_logits_.resize(replay.size() * size_t(V));
     replay_ids_.resize(replay.size());
     model_.forward(be_, *pool_, replay, replay_logits_.data(), replay_ids_.data(), mtp_);
     if (mtp_) observe(replay, replay_seqs, replay_first, true);
+    replay_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - tr).count();
+  }
+  // (A sequence that finished this step is still alive here: erased below.)
+  for (const auto& [sp, ka] : spec_records) {
+    const bool replayed = std::find(replay_seqs.begin(), replay_seqs.end(), sp) != replay_seqs.end();
+    sp->policy->record(ka.first, ka.second, pass_s + (replayed ? replay_s : 0.0), sp->draft_s);
   }
   for (Seq* s : in_batch)
     if (s->spare.slot >= 0) pool_->release(s->spare);

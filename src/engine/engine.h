@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "engine/drafter.h"
+#include "engine/spec_policy.h"
 #include "engine/sampler.h"
 #include "models/model.h"
 
@@ -61,6 +62,10 @@ struct EngineConfig {
   // what it would be without. Models with recurrent state run without it (for now).
   std::string spec;
   int64_t spec_tokens = 4;
+  // Adaptive draft length: spec_tokens is the most a pass drafts; each sequence's SpecPolicy
+  // (engine/spec_policy.h) picks k from its own acceptance and the measured cost of the
+  // engine's passes (each pass's wall time, whatever else it carried). Speed only.
+  bool spec_adaptive = false;
 };
 
 struct EngineStats {
@@ -76,6 +81,8 @@ struct EngineStats {
   // time spent drafting (the verification is part of the forward passes).
   int64_t spec_verifications = 0, spec_drafted = 0, spec_accepted = 0;
   double spec_draft_seconds = 0;
+  // spec_adaptive: passes that asked for drafts, and the draft lengths they asked for.
+  int64_t spec_adaptive_passes = 0, spec_adaptive_k_total = 0;
 };
 
 class Engine {
@@ -104,6 +111,9 @@ class Engine {
     std::vector<int32_t> spec_in;  // this step's verified tokens: the last one and the drafts
     KvSequence spare;  // hybrid models: the recurrent state before this step's drafts
     std::unique_ptr<Drafter> drafter;  // draft:PATH, mtp: this sequence's (KV in draft_pool_)
+    std::unique_ptr<SpecPolicy> policy;  // spec_adaptive
+    bool spec_asked = false;             // this step asked its drafter (for the policy)
+    double draft_s = 0;                  // and drafting took this long
   };
   void loop();
   bool step();  // one forward pass over the running sequences; false when idle

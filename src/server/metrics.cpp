@@ -109,6 +109,12 @@ std::string Metrics::render(const EngineStats& es) const {
       "Engine time spent drafting (--spec); verification runs inside the forward passes "
       "(basalt_engine_forward_seconds_total).",
       es.spec_draft_seconds);
+  one("basalt_spec_adaptive_passes_total", "counter",
+      "Decode steps whose draft length an adaptive policy chose (--spec-adaptive).",
+      es.spec_adaptive_passes);
+  one("basalt_spec_adaptive_draft_length_total", "counter",
+      "Sum of the draft lengths chosen (--spec-adaptive): divided by the passes, the mean k.",
+      es.spec_adaptive_k_total);
   one("basalt_engine_forward_seconds_total", "counter",
       "Engine time in forward passes (prefill, decode and verification rows together).",
       es.forward_seconds);

@@ -85,17 +85,19 @@ TEST_P(EngineModels, ConcurrentRequestsGetExactlyTheirSoloTokens) {
     });
   }
   const bool has_mtp = model->mtp_head() != nullptr;
-  for (int64_t kv_tokens : {int64_t(0), int64_t(160), int64_t(-1), int64_t(-2), int64_t(-3)}) {
+  for (int64_t kv_tokens :
+       {int64_t(0), int64_t(160), int64_t(-1), int64_t(-2), int64_t(-3), int64_t(-4)}) {
     EngineConfig cfg;
     if (kv_tokens == -3 && !has_mtp) continue;
     if (kv_tokens < 0) {  // speculative decoding changes nothing either: n-gram drafts, the
-      cfg.spec = kv_tokens == -1   // model drafting for itself (a drafter per sequence), the
-                     ? "ngram"     // checkpoint's MTP head (one drafter per sequence, reading
-                     : kv_tokens == -2  // the hidden rows of its items in every pass)
+      cfg.spec = kv_tokens == -1 || kv_tokens == -4  // model drafting for itself (a drafter per
+                     ? "ngram"     // sequence), the checkpoint's MTP head (one drafter per
+                     : kv_tokens == -2  // sequence, reading the hidden rows of its items in
                            ? "draft:" + test::source_dir() + "/tests/golden/" + GetParam()
-                           : "mtp";
+                           : "mtp";  // every pass); n-gram with an adaptive length per sequence
+      cfg.spec_adaptive = kv_tokens == -4;
       kv_tokens = 0;
-      cfg.spec_tokens = 5;
+      cfg.spec_tokens = cfg.spec_adaptive ? 6 : 5;
     }
     cfg.max_batch = 6;
     cfg.step_tokens = 17;
@@ -112,16 +114,27 @@ TEST_P(EngineModels, ConcurrentRequestsGetExactlyTheirSoloTokens) {
       EXPECT_EQ(got[size_t(i)].final.completion_tokens, int64_t(solo[size_t(i)].size()));
     }
     EXPECT_EQ(engine.stats().kv_blocks_used, 0);
-    if (kv_tokens > 0) EXPECT_GT(engine.stats().preemptions, 0);
+    if (kv_tokens > 0) {
+      EXPECT_GT(engine.stats().preemptions, 0);
+    }
     if (!cfg.spec.empty()) {  // hybrids too: their state copied and the kept tokens replayed
       EXPECT_GT(engine.stats().spec_drafted, 0);
       // (The continuations of qwen3_next and qwen3_5_moe here never repeat what prompt lookup
       // proposes: all their n-gram drafts are rejected; random MTP heads keep next to none.)
       const std::string m = GetParam();
       if (!(cfg.spec == "ngram" && (m == "qwen3_next" || m == "qwen3_5_moe_mtp")) &&
-          cfg.spec != "mtp")
+          cfg.spec != "mtp") {
         EXPECT_GT(engine.stats().spec_accepted, 0);
+      }
       EXPECT_LT(engine.stats().spec_accepted, engine.stats().spec_drafted);
+      const EngineStats st = engine.stats();
+      if (cfg.spec_adaptive) {  // every pass that drafted chose its k, within [1, spec_tokens]
+        EXPECT_GE(st.spec_adaptive_passes, st.spec_verifications);
+        EXPECT_GE(st.spec_adaptive_k_total, st.spec_adaptive_passes);
+        EXPECT_LE(st.spec_adaptive_k_total, 6 * st.spec_adaptive_passes);
+      } else {
+        EXPECT_EQ(st.spec_adaptive_passes, 0);
+      }
     }
   }
 }
