@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
@@ -83,6 +85,39 @@ INSTANTIATE_TEST_SUITE_P(
                       MatmulShape{9, 31, 127, DType::BF16}, MatmulShape{3, 33, 255, DType::F16},
                       MatmulShape{1, 64, 1000, DType::F16}, MatmulShape{6, 19, 96, DType::Q8_0},
                       MatmulShape{1, 127, 256, DType::Q8_0}, MatmulShape{16, 64, 64, DType::F32}));
+
+// prepare_weight copies a weight into the backend's huge-page arena: the same bytes at another
+// (64-byte aligned) address, the same products bit for bit; BASALT_CPU_MMAP_WEIGHTS=1 keeps
+// the caller's memory. A copy of several MiB spans more than one 2 MiB piece of the parallel
+// copy.
+TEST(CpuBackend, PrepareWeightCopiesTheBytes) {
+  const int64_t T = 3;
+  for (auto [dt, N, K] : std::vector<std::tuple<DType, int64_t, int64_t>>{
+           {DType::F16, 37, 200}, {DType::Q8_0, 1500, 2048}, {DType::F32, 1, 1}}) {
+    const auto x = randn(size_t(T * K), 5);
+    TestWeight w(dt, N, K, randn(size_t(N * K), 6));
+    auto be = cpu::make_cpu_backend(2);
+    const WeightRef c = be->prepare_weight(w.ref);
+    EXPECT_NE(c.data, w.ref.data) << dtype_name(dt);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(c.data) % 64, 0u);
+    EXPECT_EQ(c.dtype, dt);
+    EXPECT_EQ(c.rows, N);
+    EXPECT_EQ(c.cols, K);
+    ASSERT_EQ(0, std::memcmp(c.data, w.ref.data, w.bytes.size())) << dtype_name(dt);
+    std::vector<float> a(size_t(T * N)), b(size_t(T * N));
+    be->matmul(x.data(), T, w.ref, a.data());
+    be->matmul(x.data(), T, c, b.data());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << dtype_name(dt);
+    // A second weight lands after the first, not over it.
+    const WeightRef c2 = be->prepare_weight(w.ref);
+    EXPECT_GE(static_cast<const char*>(c2.data), static_cast<const char*>(c.data) + w.bytes.size());
+    EXPECT_EQ(0, std::memcmp(c.data, w.ref.data, w.bytes.size()));
+  }
+  setenv("BASALT_CPU_MMAP_WEIGHTS", "1", 1);
+  TestWeight w(DType::F32, 4, 8, randn(32, 7));
+  EXPECT_EQ(cpu::make_cpu_backend(1)->prepare_weight(w.ref).data, w.ref.data);
+  unsetenv("BASALT_CPU_MMAP_WEIGHTS");
+}
 
 // The exactness contract at the kernel level: row t of a T-row matmul is bitwise the
 // result of the same row alone (T=1), and the thread count changes nothing.
