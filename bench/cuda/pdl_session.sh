@@ -9,15 +9,7 @@
 . "$(dirname "$0")/session_common.sh"
 gpu_tests
 for spec in ${MODELS:-llama-3.1-8b llama-3.1-8b-nvfp4}; do
-  layers=0
-  case $spec in *:*) layers=${spec#*:} spec=${spec%%:*} ;; esac
-  base=${spec%-nvfp4}
-  M=/tmp/$base-$layers
-  [ -f $M/config.json ] || step $B/basalt synth --preset $base --layers $layers --out $M
-  if [ "$spec" != "$base" ]; then
-    [ -f $M-nvfp4/config.json ] || step $B/basalt quantize -m $M --to nvfp4 --out $M-nvfp4
-    M=$M-nvfp4
-  fi
+  model_dir $spec
   n=$(basename $M)
   ids=$(seq -s, 1000 37 12000)  # 298 tokens
   BASALT_CUDA_PDL=1 $B/basalt logits -m $M --device cuda --tokens $ids --out /tmp/l_on.npy 2>/dev/null

@@ -16,3 +16,17 @@ gpu_tests() {
   tail -n 2 "$OUT/test_cuda_kernels.txt" "$OUT/test_cuda_model.txt"
   grep -E "FAIL|SKIP" "$OUT"/test_cuda_*.txt | head -30
 }
+# model_dir SPEC: a synthetic checkpoint for SPEC = NAME[-nvfp4][:LAYERS] (LAYERS a depth cut for
+# synth, 0 or absent: all; -nvfp4: quantised by `basalt quantize`), written under /tmp on first
+# use; its path in $M.
+model_dir() {
+  local spec=$1 layers=0 base
+  case $spec in *:*) layers=${spec#*:} spec=${spec%%:*} ;; esac
+  base=${spec%-nvfp4}
+  M=/tmp/$base-$layers
+  [ -f $M/config.json ] || step $B/basalt synth --preset $base --layers $layers --out $M
+  if [ "$spec" != "$base" ]; then
+    [ -f $M-nvfp4/config.json ] || step $B/basalt quantize -m $M --to nvfp4 --out $M-nvfp4
+    M=$M-nvfp4
+  fi
+}

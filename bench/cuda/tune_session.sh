@@ -17,15 +17,7 @@ grep "^recipe:" "$OUT/info.txt"
 [ -n "${RECIPE_IN:-}" ] && cp "$RECIPE_IN" "$OUT/recipes/"
 gpu_tests
 for spec in ${MODELS:-llama-3.1-8b llama-3.1-8b-nvfp4}; do
-  layers=0
-  case $spec in *:*) layers=${spec#*:} spec=${spec%%:*} ;; esac
-  base=${spec%-nvfp4}
-  M=/tmp/$base-$layers
-  [ -f $M/config.json ] || step $B/basalt synth --preset $base --layers $layers --out $M
-  if [ "$spec" != "$base" ]; then
-    [ -f $M-nvfp4/config.json ] || step $B/basalt quantize -m $M --to nvfp4 --out $M-nvfp4
-    M=$M-nvfp4
-  fi
+  model_dir $spec
   n=$(basename $M)
   # (Few files: the device returns at most 8 from $OUT.)
   if [ "${SKIP_TUNE:-0}" != 1 ]; then

@@ -145,13 +145,19 @@ TEST(GgufExport, SynthGgufEqualsSynthSafetensors) {
 // fallback): the types asked, and logits near the F32 file's. Measured max errors relative to
 // the largest logit: Q8_0 0.008, Q4_K 0.13, Q5_K 0.058, Q6_K 0.027 (random uniform weights, one
 // layer); bounds 0.02, 0.2, 0.1, 0.05.
-TEST(GgufExport, SynthQuantizedTypesAndErrors) {
-  SynthPreset p{"test-256", "", synth_preset("tiny-llama").config};
+// A tiny preset widened to whole 256-blocks (hidden 256, head_dim 64, vocab 300).
+SynthPreset blocks_preset(const std::string& base, int64_t intermediate, int64_t layers) {
+  SynthPreset p{"test-" + base, "", synth_preset(base).config};
   p.config["hidden_size"] = 256;
-  p.config["intermediate_size"] = 96;
-  p.config["num_hidden_layers"] = 1;
+  p.config["intermediate_size"] = intermediate;
+  p.config["num_hidden_layers"] = layers;
   p.config["head_dim"] = 64;
   p.config["vocab_size"] = 300;
+  return p;
+}
+
+TEST(GgufExport, SynthQuantizedTypesAndErrors) {
+  const SynthPreset p = blocks_preset("tiny-llama", 96, 1);
   test::TempDir tmp;
   std::map<DType, std::vector<float>> logits;
   const std::vector<int32_t> ids = {5, 7, 260, 99, 1};
@@ -224,12 +230,7 @@ TEST(GgufExport, MixedPresetTypes) {
 // measured: llama 0.152 against 0.194, qwen3 0.146 against 0.238; random weights).
 TEST(GgufExport, SynthQ4KMFile) {
   for (const char* base : {"tiny-llama", "tiny-qwen3"}) {
-    SynthPreset p{"test-km", "", synth_preset(base).config};
-    p.config["hidden_size"] = 256;
-    p.config["intermediate_size"] = 512;
-    p.config["num_hidden_layers"] = 8;
-    p.config["head_dim"] = 64;
-    p.config["vocab_size"] = 300;
+    const SynthPreset p = blocks_preset(base, 512, 8);
     test::TempDir tmp;
     synth_write_gguf(p, DType::F32, tmp.str() + "/f32.gguf", 3, 2);
     synth_write_gguf(p, GgufScheme(DType::Q4_K, true), tmp.str() + "/km.gguf", 3, 2);
