@@ -250,7 +250,10 @@ bool Engine::step() {
         {
           std::lock_guard<std::mutex> lk(mu_);
           stats_.spec_draft_seconds += s.draft_s;
-          if (s.policy) ++stats_.spec_adaptive_passes, stats_.spec_adaptive_k_total += k;
+          if (s.policy) {
+            ++stats_.spec_adaptive_passes;
+            stats_.spec_adaptive_k_total += k;
+          }
         }
         if (int64_t(d.size()) > k) d.resize(size_t(k));
         if (!d.empty()) {
