@@ -137,6 +137,10 @@ bool gguf_scheme_parse(const std::string& name, GgufScheme* out) {
   return false;
 }
 
+int64_t gguf_layer_of(const std::string& name) {
+  return name.rfind("blk.", 0) == 0 ? std::atoll(name.c_str() + 4) : -1;
+}
+
 bool gguf_more_bits_layer(int64_t layer, int64_t n_layers) {
   return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
 }
@@ -146,8 +150,7 @@ DType gguf_tensor_type(const GgufScheme& s, const std::string& name,
   DType want = s.base;
   if (s.mixed && shape.size() >= 2) {
     const bool output = name == "output.weight" || (tied && name == "token_embd.weight");
-    int64_t layer = -1;
-    if (name.rfind("blk.", 0) == 0) layer = std::atoll(name.c_str() + 4);
+    const int64_t layer = gguf_layer_of(name);
     const bool more = layer >= 0 && (name.ends_with(".attn_v.weight") ||
                                      name.ends_with(".ffn_down.weight")) &&
                       gguf_more_bits_layer(layer, n_layers);
@@ -329,8 +332,7 @@ std::vector<GgufSource> gguf_sources_from_checkpoint(const io::Checkpoint& ck,
   if (ck.format == io::CheckpointFormat::Gguf) {
     // As stored (already renamed and permuted), blocks in numeric order.
     auto order = [](const std::string& n) {
-      int64_t blk = -1;
-      if (n.rfind("blk.", 0) == 0) blk = std::atoll(n.c_str() + 4);
+      const int64_t blk = gguf_layer_of(n);
       const int group = n.rfind("token_embd", 0) == 0 || n.rfind("rope_freqs", 0) == 0 ? 0
                         : blk >= 0                                                     ? 1
                                                                                        : 2;
@@ -381,14 +383,13 @@ void gguf_write_model(const std::string& path, io::GgufMetadata metadata,
     return kv.first == "general.file_type" || kv.first == "general.quantization_version";
   });
   metadata.emplace_back("general.file_type", io::gguf_u32(gguf_file_type(scheme)));
+  metadata.emplace_back("general.quantization_version", io::gguf_u32(2));  // GGML_QNT_VERSION
   int64_t n_layers = 0;
   bool tied = true;
   for (const GgufSource& s : sources) {
-    if (s.name.rfind("blk.", 0) == 0)
-      n_layers = std::max<int64_t>(n_layers, std::atoll(s.name.c_str() + 4) + 1);
+    n_layers = std::max(n_layers, gguf_layer_of(s.name) + 1);
     if (s.name == "output.weight") tied = false;
   }
-  metadata.emplace_back("general.quantization_version", io::gguf_u32(2));  // GGML_QNT_VERSION
   ThreadPool pool(threads);
   std::vector<io::TensorToWrite> ts;
   for (size_t i = 0; i < sources.size(); ++i) {

@@ -47,6 +47,8 @@ struct GgufScheme {
 };
 // gguf_dtype_parse's names (pure) plus "q4_k_m" and "q5_k_m"; false otherwise.
 bool gguf_scheme_parse(const std::string& name, GgufScheme* out);
+// The layer of a GGUF tensor name ("blk.12.attn_v.weight" -> 12), -1 for the others.
+int64_t gguf_layer_of(const std::string& name);
 // llama.cpp's use_more_bits: the first and last eighth of the layers, and every third layer
 // between them (layer - n/8 ≡ 2 mod 3), integer division as there.
 bool gguf_more_bits_layer(int64_t layer, int64_t n_layers);

@@ -141,10 +141,6 @@ TEST(GgufExport, SynthGgufEqualsSynthSafetensors) {
   }
 }
 
-// Q8_0, Q4_K, Q5_K and Q6_K synth files (shapes of whole 256-blocks, one of 96 columns for the
-// fallback): the types asked, and logits near the F32 file's. Measured max errors relative to
-// the largest logit: Q8_0 0.008, Q4_K 0.13, Q5_K 0.058, Q6_K 0.027 (random uniform weights, one
-// layer); bounds 0.02, 0.2, 0.1, 0.05.
 // A tiny preset widened to whole 256-blocks (hidden 256, head_dim 64, vocab 300).
 SynthPreset blocks_preset(const std::string& base, int64_t intermediate, int64_t layers) {
   SynthPreset p{"test-" + base, "", synth_preset(base).config};
@@ -156,6 +152,10 @@ SynthPreset blocks_preset(const std::string& base, int64_t intermediate, int64_t
   return p;
 }
 
+// Q8_0, Q4_K, Q5_K and Q6_K synth files (shapes of whole 256-blocks, one of 96 columns for the
+// fallback): the types asked, and logits near the F32 file's. Measured max errors relative to
+// the largest logit: Q8_0 0.008, Q4_K 0.13, Q5_K 0.058, Q6_K 0.027 (random uniform weights, one
+// layer); bounds 0.02, 0.2, 0.1, 0.05.
 TEST(GgufExport, SynthQuantizedTypesAndErrors) {
   const SynthPreset p = blocks_preset("tiny-llama", 96, 1);
   test::TempDir tmp;
@@ -204,6 +204,10 @@ TEST(GgufExport, MixedPresetTypes) {
   EXPECT_FALSE(s.mixed);
   EXPECT_EQ(gguf_file_type(s), 14u);
   EXPECT_FALSE(gguf_scheme_parse("q4_k_s", &s));
+  EXPECT_EQ(gguf_layer_of("blk.12.attn_v.weight"), 12);
+  EXPECT_EQ(gguf_layer_of("blk.0.ffn_down.weight"), 0);
+  EXPECT_EQ(gguf_layer_of("token_embd.weight"), -1);
+  EXPECT_EQ(gguf_layer_of("output.weight"), -1);
   const GgufScheme km(DType::Q4_K, true);
   const std::vector<int64_t> m = {1024, 1024};
   auto type = [&](const char* name, bool tied, std::vector<int64_t> shape = {1024, 1024}) {

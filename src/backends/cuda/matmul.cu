@@ -742,8 +742,8 @@ struct SCfg {
   }
 };
 
-// cp.async to a shared-space address (computed once per thread): 16 bytes through L2 only, or 4
-// bytes (cp.async.ca: sizes below 16 go through L1); src_bytes = 0 writes zeros.
+// 4-byte cp.async to a shared-space address (cp.async.ca: sizes below 16 go through L1; the
+// 16-byte cp_async16_s above goes through L2 only); src_bytes = 0 writes zeros.
 __device__ __forceinline__ void cp_async4_s(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
                "r"(src_bytes));
