@@ -237,11 +237,17 @@ TEST(Engine, CancelAndErrors) {
   r.max_new_tokens = 40;
   r.ignore_eos = true;
   Collected c;
+  // The engine's thread may run the first steps before submit() returns the id: the callback
+  // waits for it (ids start at 1), or a slow main thread lets the request run to its length.
   std::atomic<uint64_t> id{0};
   id = engine.submit(r, [&](const TokenEvent& ev) {
-    if (!ev.finished && c.tokens.size() == 2) engine.cancel(id);
+    if (!ev.finished && c.tokens.size() == 2) {
+      id.wait(0);
+      engine.cancel(id.load());
+    }
     collect(c)(ev);
   });
+  id.notify_all();
   wait(c);
   EXPECT_EQ(c.final.finish_reason, "cancelled");
   EXPECT_LT(c.tokens.size(), 40u);
