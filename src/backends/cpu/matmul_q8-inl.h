@@ -224,21 +224,22 @@ HWY_INLINE void Tile32(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w
     for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
   for (int64_t blk = 0; blk < blocks; ++blk) {
     __m256i aw[C], wv[C];
-    float dw[C];
+    __m256 dw[C];
     for (int c = 0; c < C; ++c) {
       const uint8_t* b = w[c] + blk * kBytes;
       if (blk % 2 == 0) hwy::Prefetch(b + 1024);
-      dw[c] = F16x(b);
+      dw[c] = _mm256_set1_ps(F16x(b));
       wv[c] = Codes32<kType>(b);
       aw[c] = _mm256_sign_epi8(wv[c], wv[c]);  // |w| (−128 reads as 128 unsigned)
     }
     for (int r = 0; r < R; ++r) {
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[r] + blk * 32));
-      const float dx = xd[r][blk];
+      const __m256 dx = _mm256_broadcast_ss(xd[r] + blk);
       for (int c = 0; c < C; ++c) {
         const __m256i p = _mm256_madd_epi16(
             _mm256_maddubs_epi16(aw[c], _mm256_sign_epi8(xv, wv[c])), ones);
-        acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw[c] * dx), _mm256_cvtepi32_ps(p), acc[r][c]);
+        // dw · dx in every lane: the same float product as the scalar one, one vector multiply
+        acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dw[c], dx), _mm256_cvtepi32_ps(p), acc[r][c]);
       }
     }
   }
@@ -434,8 +435,12 @@ HWY_INLINE void MatmulQ8T(const ref::Q8Acts& a, int64_t t0, int64_t t1, const We
     const uint8_t* rows[4];
     for (int64_t c = 0; c < nc; ++c) rows[c] = p + (n + c) * row_bytes;
     int64_t t = t0;
-    for (; t + 4 <= T; t += 4)
-      for (int64_t c = 0; c < nc; ++c) tile.template operator()<4, 1>(t, rows + c, y + t * ldy + n + c);
+    for (; t + 4 <= T; t += 4) {
+      int64_t c = 0;
+      if constexpr (!k256)  // 32-element blocks: 4 × 2 tiles load each x vector once per 2 columns
+        for (; c + 2 <= nc; c += 2) tile.template operator()<4, 2>(t, rows + c, y + t * ldy + n + c);
+      for (; c < nc; ++c) tile.template operator()<4, 1>(t, rows + c, y + t * ldy + n + c);
+    }
     for (; t < T; ++t)
       for (int64_t c = 0; c < nc; ++c) tile.template operator()<1, 1>(t, rows + c, y + t * ldy + n + c);
   }
