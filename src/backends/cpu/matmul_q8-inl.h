@@ -11,7 +11,7 @@
 //  - Arm64 (NEON): vmull_s8 products, vpaddlq_s16 then vpaddq_s32 pair them up the same way,
 //    a sub-block in two 4-lane halves.
 //  - Other targets: ref::q8_dot itself.
-// Tiles: 4 activation rows × 1 weight row (prefill; x86 Q8_0 / Q4_0: 4 × 2) or 1 × 1 (decode,
+// Tiles: 4 activation rows × 1 weight row (prefill; Q8_0 / Q4_0: 4 × 2) or 1 × 1 (decode,
 // and leftover rows), in groups of 4 weight rows that share each tile of activation rows.
 
 // Highway's per-target include guard idiom.
