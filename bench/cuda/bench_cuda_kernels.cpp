@@ -438,7 +438,7 @@ int main(int argc, char** argv) {
     uint16_t* w;
     CK(cudaMalloc(&w, wbytes * copies));
     fill_bf16(w, wbytes / 2 * copies);
-    for (int64_t T : {1, 64, 2048}) {
+    for (int64_t T : {1, 32, 64, 2048}) {
       uint16_t* x;
       float* y;
       CK(cudaMalloc(&x, size_t(T) * sh.K * 2));
