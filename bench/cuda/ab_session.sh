@@ -30,17 +30,9 @@ for spec in ${MODELS-llama-3.1-8b-nvfp4 llama-3.1-8b-fp8}; do
   m=$M$f
   [ -n "$f" ] && { [ -f $m/config.json ] || step $B/basalt quantize -m $M --to ${f#-} --out $m; }
   n=$(basename $m)
-  ids=$(seq -s, 1000 37 12000)  # 298 tokens
-  $O/basalt logits -m $m --device cuda --tokens $ids --out /tmp/l_old.npy 2>/dev/null
-  $B/basalt logits -m $m --device cuda --tokens $ids --out /tmp/l_new.npy 2>/dev/null
-  for c in 1 64; do
-    $B/basalt logits -m $m --device cuda --tokens $ids --prefill-chunk $c --out /tmp/l_$c.npy \
-      2>/dev/null
-  done
-  for x in old 1 64; do
-    cmp -s /tmp/l_new.npy /tmp/l_$x.npy && echo "$n EXACT new == $x, bitwise" ||
-      echo "$n DIFFER new vs $x"
-  done
+  $O/basalt logits -m $m --device cuda --tokens $LOGIT_IDS --out /tmp/l_old.npy 2>/dev/null
+  $B/basalt logits -m $m --device cuda --tokens $LOGIT_IDS --out /tmp/l_new.npy 2>/dev/null
+  logits_check $n $m new old
   for r in $(seq ${ROUNDS:-2}); do
     for v in old new; do
       bin=$B/basalt

@@ -11,17 +11,11 @@ gpu_tests
 for spec in ${MODELS:-llama-3.1-8b llama-3.1-8b-nvfp4}; do
   model_dir $spec
   n=$(basename $M)
-  ids=$(seq -s, 1000 37 12000)  # 298 tokens
-  BASALT_CUDA_PDL=1 $B/basalt logits -m $M --device cuda --tokens $ids --out /tmp/l_on.npy 2>/dev/null
-  BASALT_CUDA_PDL=0 $B/basalt logits -m $M --device cuda --tokens $ids --out /tmp/l_off.npy 2>/dev/null
-  for c in 1 64; do
-    $B/basalt logits -m $M --device cuda --tokens $ids --prefill-chunk $c --out /tmp/l_$c.npy \
-      2>/dev/null
+  for pdl in on off; do
+    BASALT_CUDA_PDL=$([ $pdl = on ] && echo 1 || echo 0) $B/basalt logits -m $M --device cuda \
+      --tokens $LOGIT_IDS --out /tmp/l_$pdl.npy 2>/dev/null
   done
-  for f in off 1 64; do
-    cmp -s /tmp/l_on.npy /tmp/l_$f.npy && echo "$n EXACT pdl on == $f, bitwise" ||
-      echo "$n DIFFER pdl on vs $f"
-  done
+  logits_check $n $M on off
   for r in $(seq ${ROUNDS:-2}); do
     for pdl in 1 0; do
       echo "== $n pdl=$pdl round $r" >> "$OUT/bench_$n.txt"

@@ -30,3 +30,19 @@ model_dir() {
     M=$M-nvfp4
   fi
 }
+# logits_check NAME MODEL REF OTHER...: the logits of a 298-token prompt ($LOGIT_IDS) in
+# /tmp/l_REF.npy and each /tmp/l_OTHER.npy (written by the caller), and of $B/basalt with
+# prefill chunks 1 and 64, compared with REF bitwise: one EXACT / DIFFER line each.
+LOGIT_IDS=$(seq -s, 1000 37 12000)
+logits_check() {
+  local n=$1 m=$2 ref=$3 c x
+  shift 3
+  for c in 1 64; do
+    $B/basalt logits -m $m --device cuda --tokens $LOGIT_IDS --prefill-chunk $c \
+      --out /tmp/l_$c.npy 2>/dev/null
+  done
+  for x in "$@" 1 64; do
+    cmp -s /tmp/l_$ref.npy /tmp/l_$x.npy && echo "$n EXACT $ref == $x, bitwise" ||
+      echo "$n DIFFER $ref vs $x"
+  done
+}
