@@ -3,11 +3,11 @@
 # build-cuda/{basalt, tests/gpu/*, bench/cuda/*, rtlib} (this build) and build-cuda/old/{basalt,
 # bench_cuda_kernels} (the build to compare with, copied before the change). The GPU tests, then
 # `bench_cuda_kernels scaled` at BENCH_T (default 1) old / new alternating for KROUNDS rounds, then
-# per model (MODELS: synthetic llama-3.1-8b written on the device, quantised by `basalt quantize`
-# for -nvfp4 / -fp8): logits of a 298-token prompt from both builds and with prefill chunks 1
+# per model (MODELS: synthetic, written on the device, quantised by `basalt quantize` for
+# -nvfp4 / -fp8): logits of a 298-token prompt from both builds and with prefill chunks 1
 # and 64 (all must be bitwise equal), and `basalt bench -p 512 -n 64 -r 3` alternating old / new
-# for ROUNDS rounds. Results in $OUT. Knobs: SKIP_TESTS=1, SKIP_KERNELS=1, MODELS, ROUNDS (2),
-# KROUNDS (2), BENCH_T.
+# for ROUNDS rounds. Results in $OUT. Knobs: SKIP_TESTS=1, SKIP_KERNELS=1, MODELS (specs as
+# model_dir's: NAME[-nvfp4|-fp8][:LAYERS]), ROUNDS (2), KROUNDS (2), BENCH_T.
 . "$(dirname "$0")/session_common.sh"
 O=$B/old
 gpu_tests
@@ -23,22 +23,18 @@ if [ "${SKIP_KERNELS:-0}" != 1 ]; then
   done
   grep -E "^==|fused|bf16 " "$OUT/kernels.txt" | cut -c1-110
 fi
-M=/tmp/llama-3.1-8b
 for spec in ${MODELS-llama-3.1-8b-nvfp4 llama-3.1-8b-fp8}; do
-  [ -f $M/config.json ] || step $B/basalt synth --preset llama-3.1-8b --dtype bf16 --out $M
-  f=${spec#llama-3.1-8b}
-  m=$M$f
-  [ -n "$f" ] && { [ -f $m/config.json ] || step $B/basalt quantize -m $M --to ${f#-} --out $m; }
-  n=$(basename $m)
-  $O/basalt logits -m $m --device cuda --tokens $LOGIT_IDS --out /tmp/l_old.npy 2>/dev/null
-  $B/basalt logits -m $m --device cuda --tokens $LOGIT_IDS --out /tmp/l_new.npy 2>/dev/null
-  logits_check $n $m new old
+  model_dir $spec
+  n=$(basename $M)
+  $O/basalt logits -m $M --device cuda --tokens $LOGIT_IDS --out /tmp/l_old.npy 2>/dev/null
+  $B/basalt logits -m $M --device cuda --tokens $LOGIT_IDS --out /tmp/l_new.npy 2>/dev/null
+  logits_check $n $M new old
   for r in $(seq ${ROUNDS:-2}); do
     for v in old new; do
       bin=$B/basalt
       [ $v = old ] && bin=$O/basalt
       echo "== $n $v round $r" >> "$OUT/bench_$n.txt"
-      step $bin bench -m $m --device cuda -p ${PROMPTS:-512} -n ${GEN:-64} -r 3 --json \
+      step $bin bench -m $M --device cuda -p ${PROMPTS:-512} -n ${GEN:-64} -r 3 --json \
         >> "$OUT/bench_$n.txt" 2>&1
     done
   done

@@ -16,18 +16,20 @@ gpu_tests() {
   tail -n 2 "$OUT/test_cuda_kernels.txt" "$OUT/test_cuda_model.txt"
   grep -E "FAIL|SKIP" "$OUT"/test_cuda_*.txt | head -30
 }
-# model_dir SPEC: a synthetic checkpoint for SPEC = NAME[-nvfp4][:LAYERS] (LAYERS a depth cut for
-# synth, 0 or absent: all; -nvfp4: quantised by `basalt quantize`), written under /tmp on first
-# use; its path in $M.
+# model_dir SPEC: a synthetic checkpoint for SPEC = NAME[-nvfp4|-fp8][:LAYERS] (LAYERS a depth
+# cut for synth, 0 or absent: all; -nvfp4 / -fp8: quantised by `basalt quantize`), written under
+# /tmp on first use; its path in $M.
 model_dir() {
-  local spec=$1 layers=0 base
+  local spec=$1 layers=0 base q
   case $spec in *:*) layers=${spec#*:} spec=${spec%%:*} ;; esac
   base=${spec%-nvfp4}
+  base=${base%-fp8}
   M=/tmp/$base-$layers
   [ -f $M/config.json ] || step $B/basalt synth --preset $base --layers $layers --out $M
   if [ "$spec" != "$base" ]; then
-    [ -f $M-nvfp4/config.json ] || step $B/basalt quantize -m $M --to nvfp4 --out $M-nvfp4
-    M=$M-nvfp4
+    q=${spec#$base-}
+    [ -f $M-$q/config.json ] || step $B/basalt quantize -m $M --to $q --out $M-$q
+    M=$M-$q
   fi
 }
 # logits_check NAME MODEL REF OTHER...: the logits of a 298-token prompt ($LOGIT_IDS) in
