@@ -208,8 +208,11 @@ struct AttnArgs {
   const uint8_t* k8 = nullptr;
   const uint8_t* v8 = nullptr;
 };
-// Auto splits over the KV chunks only when fewer (row, head) warps than this would fill the chip.
+// Auto splits over the KV chunks only when fewer (row, head) warps than this would fill the chip
+// (the CUDA-core kernels; the tensor-core path counts its 16-row tiles).
 constexpr int64_t kAttnSplitMaxWarps = 2048;
+// Whether Auto may split a pass of this shape (then it needs the workspace).
+bool attention_may_split(int64_t T, int64_t H, int64_t Hkv, int64_t D, bool fp8);
 size_t attention_workspace_bytes(int64_t T, int64_t H, int64_t D, int64_t n_pos);
 cudaError_t attention(const AttnArgs& a, cudaStream_t s, AttnKernel kernel = AttnKernel::Auto);
 
