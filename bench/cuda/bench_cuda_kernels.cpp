@@ -438,7 +438,7 @@ int main(int argc, char** argv) {
     uint16_t* w;
     CK(cudaMalloc(&w, wbytes * copies));
     fill_bf16(w, wbytes / 2 * copies);
-    for (int64_t T : {1, 32, 64, 2048}) {
+    for (int64_t T : {1, 32, 64, 512, 2048}) {
       uint16_t* x;
       float* y;
       CK(cudaMalloc(&x, size_t(T) * sh.K * 2));
@@ -449,12 +449,12 @@ int main(int argc, char** argv) {
       CK(cudaMalloc(&ws, ws_bytes));
       CK(cudaMemset(ws, 0, ws_bytes));
       for (auto kern : {bc::MatmulKernel::Rows16x32, bc::MatmulKernel::Rows16x16,
-                        bc::MatmulKernel::Rows16x32Deep, bc::MatmulKernel::Tile128})
+                        bc::MatmulKernel::Rows16x32Deep, bc::MatmulKernel::Tile128,
+                        bc::MatmulKernel::Tile128K64})
         for (bool split : {false, true}) {
-          if ((T == 1 && kern == bc::MatmulKernel::Tile128) ||
-              (T == 2048 && kern != bc::MatmulKernel::Tile128))
-            continue;
-          if (split && T == 2048) continue;
+          const bool tile =
+              kern == bc::MatmulKernel::Tile128 || kern == bc::MatmulKernel::Tile128K64;
+          if ((T == 1 && tile) || (T >= 512 && !tile) || (tile && split)) continue;
           const double ms = time_ms(
               [&](int i) {
                 CK(bc::matmul_bf16(x, T, w + (wbytes / 2) * (i % copies), sh.N, sh.K, y, nullptr,
@@ -468,6 +468,7 @@ int main(int argc, char** argv) {
               kern == bc::MatmulKernel::Rows16x32       ? (split ? "R16x32+sK" : "Rows16x32")
               : kern == bc::MatmulKernel::Rows16x16     ? (split ? "R16x16+sK" : "Rows16x16")
               : kern == bc::MatmulKernel::Rows16x32Deep ? (split ? "R16x32D+sK" : "R16x32Deep")
+              : kern == bc::MatmulKernel::Tile128K64    ? "T128K64"
                                                         : "Tile128";
           std::printf("%-10s %6lld %6lld %6lld %-10s %10.2f %9.0f %6.1f%% %9.1f\n", "matmul",
                       (long long)T, (long long)sh.N, (long long)sh.K, kn, ms * 1e3, gbs,

@@ -267,7 +267,11 @@ void test_swiglu() {
 }
 
 const bc::MatmulKernel kMmKernels[] = {bc::MatmulKernel::Rows16x32, bc::MatmulKernel::Rows16x16,
-                                       bc::MatmulKernel::Rows16x32Deep, bc::MatmulKernel::Tile128};
+                                       bc::MatmulKernel::Rows16x32Deep, bc::MatmulKernel::Tile128,
+                                       bc::MatmulKernel::Tile128K64};
+bool is_tile(bc::MatmulKernel k) {
+  return k == bc::MatmulKernel::Tile128 || k == bc::MatmulKernel::Tile128K64;
+}
 const char* mm_name(bc::MatmulKernel k) {
   switch (k) {
     case bc::MatmulKernel::Rows16x32:
@@ -278,6 +282,8 @@ const char* mm_name(bc::MatmulKernel k) {
       return "Rows16x32Deep";
     case bc::MatmulKernel::Tile128:
       return "Tile128";
+    case bc::MatmulKernel::Tile128K64:
+      return "Tile128K64";
     default:
       return "Auto";
   }
@@ -312,7 +318,7 @@ void test_matmul(int64_t N, int64_t K, int64_t ref_rows) {
   CK(cudaMemset(ws.p, 0, ws_bytes));
   for (auto kern : kMmKernels)
     for (bool use_ws : {false, true}) {
-      if (use_ws && kern == bc::MatmulKernel::Tile128) continue;
+      if (use_ws && is_tile(kern)) continue;
       for (int64_t T : {1, 7, 31, 33, 64, 128}) {
         dy.poison();
         CK(bc::matmul_bf16(dx.p, T, dw.p, N, K, dy.p, nullptr, kern, use_ws ? ws.p : nullptr,

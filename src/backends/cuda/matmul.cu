@@ -10,14 +10,14 @@
 // Split-K, fixed by the weight shape alone: K is cut into segments of matmul_kseg(N, K) elements,
 // or of the call's kseg (a recipe's choice for the weight shape; the last segment shorter);
 // c_s is the chain above over segment s (starting from 0), and y = ((c_0 + c_1) + c_2) + ...
-// (f32 adds, segment order). Tile128 and workspace-less calls fold the segments in registers
+// (f32 adds, segment order). The Tile128 tilings and workspace-less calls fold the segments in registers
 // as they go; with a workspace, the Rows variants give each (tile, segment) its own block (more
 // bytes in flight for decode) and the tile's last block to finish adds the stored partials in
 // segment order. Both are the same arithmetic, so the bits do not depend on the mode either.
 //
 // Tilings: the k-stage (BK) and the block shape only decide what sits in shared memory when;
 // they never change the chain. Rows16x* (T padded to 16 rows: the rows past T are zeroed once in
-// shared memory and never loaded) stream W for decode; Tile128 reuses tiles for prefill.
+// shared memory and never loaded) stream W for decode; Tile128 and Tile128K64 reuse tiles for prefill.
 // Decode-sized launches start early (pdl.cuh): their first weight stages are requested before
 // the previous kernel has finished.
 #include <cuda_bf16.h>
@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>::k
   auto* sb = sa + STAGES * BM * C::kLds;                  // [STAGES][BN][kLds]
 
   // Rows variants put the row blocks on x (launched next to each other, so the blocks that
-  // share a weight tile run together and read it once from memory); Tile128 the columns.
+  // share a weight tile run together and read it once from memory); the Tile tilings the columns.
   constexpr bool kRowsOnX = BM == 16;
   const int m0 = (kRowsOnX ? blockIdx.x : blockIdx.y) * BM;
   const int n0 = (kRowsOnX ? blockIdx.y : blockIdx.x) * BN;
@@ -526,17 +526,19 @@ cudaError_t launch_moe(const bf16_bits* x, int64_t row_div, const bf16_bits* con
 
 // A tiling choice only: every variant gives the same bits (tests/gpu). Measured on the H200
 // (docs/cuda.md): split-K pays where N / 32 blocks leave SMs idle; without it the deep pipeline
-// does best there; for batches of 17-64 rows Tile128 wins where its 128-column blocks are
-// enough to fill the SMs (N >= 8192: 1.07x at T = 32, 1.74x at 64 on 14336 x 4096) and loses
-// 2-3x where they are not. full_n: the N of the whole weight (a launch over a block of its rows
-// chooses as the whole would).
+// does best there; for batches of 17-64 rows the 128 × 128 tiles win where their column blocks
+// are enough to fill the SMs (N >= 8192: 1.3x at T = 32, 2.1x at 64 on 14336 x 4096) and lose
+// 2-3x where they are not. Of the 128-row tilings, k-stage 64 with 3 stages (two blocks an SM)
+// beats Tile128 on every llama-3.1-8b shape at T = 32 .. 2048 (5-19 %) and 128 × 256 loses
+// (2026-12-04, bench/RESULTS.md). full_n: the N of the whole weight (a launch over a block of its
+// rows chooses as the whole would).
 cudaError_t dispatch_bf16(const bf16_bits* x, int T, const bf16_bits* w, int N, int K, float* y,
                           cudaStream_t s, MatmulKernel kernel, void* workspace,
                           size_t workspace_bytes, int64_t kseg, int ldy, int64_t full_n,
                           Epi epi = {}, bool pdl = true) {
   if (kernel == MatmulKernel::Auto) {
     const bool ws_ok = workspace && workspace_bytes >= workspace_bytes_kseg(T, N, K, kseg);
-    kernel = T > 64 || (T > 16 && full_n >= 8192) ? MatmulKernel::Tile128
+    kernel = T > 64 || (T > 16 && full_n >= 8192) ? MatmulKernel::Tile128K64
              : ws_ok || full_n > 8192              ? MatmulKernel::Rows16x32
                                                    : MatmulKernel::Rows16x32Deep;
   }
@@ -549,6 +551,8 @@ cudaError_t dispatch_bf16(const bf16_bits* x, int T, const bf16_bits* w, int N, 
                                           ldy, epi, pdl);
     case MatmulKernel::Tile128:
       return launch<128, 128, 32, 2, 4, 4>(x, T, w, N, K, y, s, nullptr, 0, kseg, ldy, epi, pdl);
+    case MatmulKernel::Tile128K64:
+      return launch<128, 128, 64, 2, 4, 3>(x, T, w, N, K, y, s, nullptr, 0, kseg, ldy, epi, pdl);
     case MatmulKernel::Rows16x32:
     default:
       return launch<16, 32, 128, 1, 4, 4>(x, T, w, N, K, y, s, workspace, workspace_bytes, kseg,
