@@ -174,12 +174,14 @@ cudaError_t dequant_scaled(const ScaledWeight& w, int64_t row0, int64_t rows, bf
                            cudaStream_t s);
 
 // --- attention ----------------------------------------------------------------------------
-// Causal GQA over the bf16 KV cache. Query row t (position pos0 + t) visits keys 0..pos0+t in
-// chunks of kAttnChunk positions aligned to absolute positions; within a chunk: scores
-// (sequential dot over D), chunk max, exp, a fixed 64-lane sum tree, Σ e_j·v_j in key order;
-// chunk partials (max, sum, acc) are merged left to right in increasing chunk order. Fused
-// (one warp walks all chunks of one (t, h)) and Split (one warp per chunk, then an in-order
-// merge) do the same arithmetic, so a query gives the same bits in any pass.
+// Causal GQA over the KV cache. Query row t (position pos0 + t) visits keys 0..pos0+t in
+// chunks of kAttnChunk positions aligned to absolute positions; chunk partials (max, sum, acc)
+// are merged left to right in increasing chunk order. Within a chunk, for a bf16 cache with
+// D = 64 or 128: tensor-core mma chains over 16-row tiles of a KV head's query rows (q and the
+// weights e_j each split into bf16 hi + lo); otherwise: scores (sequential dot over D), chunk
+// max, exp, a fixed 64-lane sum tree, Σ e_j·v_j in key order (attention.cu has the details).
+// Fused (one warp walks the chunks) and Split (one warp per chunk, then an in-order merge) do
+// the same arithmetic, so a query gives the same bits in any pass.
 constexpr int kAttnChunk = 64;
 enum class AttnKernel : uint8_t { Auto, Fused, Split };
 struct AttnArgs {
