@@ -450,10 +450,12 @@ int main(int argc, char** argv) {
       CK(cudaMemset(ws, 0, ws_bytes));
       for (auto kern : {bc::MatmulKernel::Rows16x32, bc::MatmulKernel::Rows16x16,
                         bc::MatmulKernel::Rows16x32Deep, bc::MatmulKernel::Tile128,
-                        bc::MatmulKernel::Tile128K64})
+                        bc::MatmulKernel::Tile128K64, bc::MatmulKernel::TileWG,
+                        bc::MatmulKernel::TileWG2})
         for (bool split : {false, true}) {
           const bool tile =
-              kern == bc::MatmulKernel::Tile128 || kern == bc::MatmulKernel::Tile128K64;
+              kern == bc::MatmulKernel::Tile128 || kern == bc::MatmulKernel::Tile128K64 ||
+              kern == bc::MatmulKernel::TileWG || kern == bc::MatmulKernel::TileWG2;
           if ((T == 1 && tile) || (T >= 512 && !tile) || (tile && split)) continue;
           const double ms = time_ms(
               [&](int i) {
@@ -469,6 +471,8 @@ int main(int argc, char** argv) {
               : kern == bc::MatmulKernel::Rows16x16     ? (split ? "R16x16+sK" : "Rows16x16")
               : kern == bc::MatmulKernel::Rows16x32Deep ? (split ? "R16x32D+sK" : "R16x32Deep")
               : kern == bc::MatmulKernel::Tile128K64    ? "T128K64"
+              : kern == bc::MatmulKernel::TileWG        ? "TileWG"
+              : kern == bc::MatmulKernel::TileWG2       ? "TileWG2"
                                                         : "Tile128";
           std::printf("%-10s %6lld %6lld %6lld %-10s %10.2f %9.0f %6.1f%% %9.1f\n", "matmul",
                       (long long)T, (long long)sh.N, (long long)sh.K, kn, ms * 1e3, gbs,

@@ -268,9 +268,11 @@ void test_swiglu() {
 
 const bc::MatmulKernel kMmKernels[] = {bc::MatmulKernel::Rows16x32, bc::MatmulKernel::Rows16x16,
                                        bc::MatmulKernel::Rows16x32Deep, bc::MatmulKernel::Tile128,
-                                       bc::MatmulKernel::Tile128K64};
+                                       bc::MatmulKernel::Tile128K64, bc::MatmulKernel::TileWG,
+                                       bc::MatmulKernel::TileWG2};
 bool is_tile(bc::MatmulKernel k) {
-  return k == bc::MatmulKernel::Tile128 || k == bc::MatmulKernel::Tile128K64;
+  return k == bc::MatmulKernel::Tile128 || k == bc::MatmulKernel::Tile128K64 ||
+         k == bc::MatmulKernel::TileWG || k == bc::MatmulKernel::TileWG2;
 }
 const char* mm_name(bc::MatmulKernel k) {
   switch (k) {
@@ -284,6 +286,10 @@ const char* mm_name(bc::MatmulKernel k) {
       return "Tile128";
     case bc::MatmulKernel::Tile128K64:
       return "Tile128K64";
+    case bc::MatmulKernel::TileWG:
+      return "TileWG";
+    case bc::MatmulKernel::TileWG2:
+      return "TileWG2";
     default:
       return "Auto";
   }

@@ -368,6 +368,128 @@ cudaError_t launch(const bf16_bits* x, int T, const bf16_bits* w, int N, int K, 
                     counters, epi);
 }
 
+// The wgmma tiling (TileWG): 128 rows × BN columns a block, two warpgroups of 64 rows, k-stage
+// 64, STAGES-deep cp.async into 128-byte-swizzled K-major tiles, four wgmma.m64nBNk16 per stage
+// with one stage's group left in flight while the next is issued.
+// A chain of wgmma k16 steps gives mma_bf16's chain bit for bit (bench/cuda/wgmma_probe on the
+// H200), so with the same k order, the same segments and the same fold into y as Tile128 this is
+// matmul_bf16 exactly (tests/gpu compares it bitwise with T = 1 rows of the Rows tilings).
+template <int BN, int STAGES>
+struct WgCfg {
+  static constexpr int kBM = 128, kBK = 64, kThreads = 256;
+  static constexpr int kStageBytes = (kBM + BN) * kBK * 2;
+  static constexpr size_t kSmem = size_t(STAGES) * kStageBytes + 1024;  // + alignment slack
+};
+
+template <int BN, int STAGES>
+__global__ void __launch_bounds__(256)
+    matmul_wg_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
+                     float* __restrict__ y, int T, int N, int K, int ldy, int kSegTiles,
+                     Epi epi) {
+  using C = WgCfg<BN, STAGES>;
+  constexpr int BM = C::kBM, BK = C::kBK;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* const sm = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const uint32_t sm_s = smem_addr(sm);
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, wq = (tid >> 5) & 3;
+  const int KT = (K + BK - 1) / BK;
+
+  // Copies: 16-byte chunk c of tile row r at byte r·128 + ((c ^ (r & 7)) << 4); thread tid takes
+  // chunks tid + 256·i (8 consecutive threads a row). Rows past T / N and columns past K: zeros.
+  auto load_stage = [&](int stage, int kt) {
+    const int k0 = kt * BK;
+    const uint32_t st = sm_s + uint32_t(stage * C::kStageBytes);
+#pragma unroll
+    for (int i = 0; i < (BM + BN) * 8 / 256; ++i) {
+      const int chunk = tid + 256 * i, r = chunk >> 3, c = chunk & 7;
+      const bool is_a = r < BM;
+      const int rr = is_a ? r : r - BM;
+      const int grow = is_a ? m0 + rr : n0 + rr;
+      const bool ok = grow < (is_a ? T : N) && k0 + c * 8 < K;
+      const __nv_bfloat16* src = ok ? (is_a ? x : w) + size_t(grow) * K + k0 + c * 8 : x;
+      cp_async16_s(st + uint32_t(r * 128 + ((c ^ (r & 7)) << 4)), src, ok ? 16 : 0);
+    }
+  };
+
+  constexpr int kAcc = BN / 2;
+  float acc[kAcc];
+
+  pdl_trigger();
+  pdl_wait();
+  // Stage kt + STAGES - 2 is requested at step kt, into the buffer of step kt - 2, whose wgmma
+  // every warpgroup has waited for before that step's barrier (one wgmma group stays in flight).
+#pragma unroll
+  for (int st = 0; st < STAGES - 2; ++st) {
+    if (st < KT) load_stage(st, st);
+    cp_async_commit();
+  }
+  // Where d[4j + e] belongs: row 16·wq + lane/4 (+ 8) of this warpgroup's 64, column
+  // 8j + 2·(lane % 4) (+ 1).
+  auto out_row = [&](int e) { return m0 + 64 * wg + 16 * wq + (lane >> 2) + (e >> 1) * 8; };
+  auto out_col = [&](int j, int e) { return n0 + j * 8 + (lane & 3) * 2 + (e & 1); };
+  int seg_pos = 0;
+  bool first_seg = true;
+  for (int kt = 0; kt < KT; ++kt) {
+    cp_async_wait<STAGES - 3>();
+    fence_proxy_async();
+    __syncthreads();  // stage kt landed for all; every wgmma of step kt - 2 has completed
+    if (kt + STAGES - 2 < KT) load_stage((kt + STAGES - 2) % STAGES, kt + STAGES - 2);
+    cp_async_commit();
+    const unsigned char* ta = sm + (kt % STAGES) * C::kStageBytes + wg * 64 * 128;
+    const unsigned char* tb = sm + (kt % STAGES) * C::kStageBytes + BM * 128;
+    wgmma_fence();
+    // A segment's chain starts from zero (d = A·B), as the mma chain's acc = 0.
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk)
+      wgmma_bf16<BN>(acc, wgmma_desc_sw128(ta + kk * 32), wgmma_desc_sw128(tb + kk * 32),
+                     seg_pos > 0 || kk > 0);
+    wgmma_commit();
+    // End of a segment: y = c_0, then y = y + c_s (Tile128's fold).
+    if (++seg_pos == kSegTiles || kt + 1 == KT) {
+      wgmma_wait<0>();
+      const bool first = first_seg;
+      first_seg = false;
+      seg_pos = 0;
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = out_row(e), c = out_col(j, e);
+          if (r < T && c < N) {
+            float* o = y + size_t(r) * ldy + c;
+            const float v = first ? acc[4 * j + e] : __fadd_rn(*o, acc[4 * j + e]);
+            *o = epi.on && kt + 1 == KT ? __fmul_rn(epi_factor(epi, c), v) : v;
+          }
+        }
+    } else {
+      wgmma_wait<1>();
+    }
+  }
+  cp_async_wait<0>();
+}
+
+template <int BN, int STAGES>
+cudaError_t launch_wg(const bf16_bits* x, int T, const bf16_bits* w, int N, int K, float* y,
+                      cudaStream_t s, int64_t kseg, int ldy, Epi epi, bool pdl) {
+  using C = WgCfg<BN, STAGES>;
+  auto* kern = matmul_wg_kernel<BN, STAGES>;
+  static bool attr_set = false;  // per instantiation; idempotent, so a race is harmless
+  if (!attr_set) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::kSmem));
+    if (e != cudaSuccess) return e;
+    attr_set = true;
+  }
+  const int segs = int((K + kseg - 1) / kseg);
+  const int seg_tiles = segs == 1 ? (K + C::kBK - 1) / C::kBK : int(kseg / C::kBK);
+  const dim3 grid(unsigned((N + BN - 1) / BN), unsigned((T + C::kBM - 1) / C::kBM));
+  return launch_pdl(kern, grid, dim3(C::kThreads), C::kSmem, s, pdl && T <= 64,
+                    reinterpret_cast<const __nv_bfloat16*>(x),
+                    reinterpret_cast<const __nv_bfloat16*>(w), y, T, N, K, ldy, seg_tiles, epi);
+}
+
 // The grouped matmul of the MoE experts (kernels.h moe_matmul): the Rows16x32 tiling (16 rows ×
 // 32 columns, 4 warps, segments folded in registers; k-stage BK with STAGES stages: 128 × 4 as
 // Rows16x32, 256 × 6 as Rows16x32Deep) with each block's 16 rows gathered from a tile of
@@ -529,18 +651,22 @@ cudaError_t launch_moe(const bf16_bits* x, int64_t row_div, const bf16_bits* con
 // does best there; for batches of 17-64 rows the 128 × 128 tiles win where their column blocks
 // are enough to fill the SMs (N >= 8192: 1.3x at T = 32, 2.1x at 64 on 14336 x 4096) and lose
 // 2-3x where they are not. Of the 128-row tilings, k-stage 64 with 3 stages (two blocks an SM)
-// beats Tile128 on every llama-3.1-8b shape at T = 32 .. 2048 (5-19 %) and 128 × 256 loses
-// (2026-12-04, bench/RESULTS.md). full_n: the N of the whole weight (a launch over a block of its
-// rows chooses as the whole would).
+// beats Tile128 on every llama-3.1-8b shape at T = 32 .. 2048 (5-19 %) and 128 × 256 loses.
+// Above 64 rows the wgmma tilings beat it (2026-12-04, bench/RESULTS.md; T = 512 / 2048): TileWG
+// (one block an SM, 5 stages) where T < 1024 and N < 8192 (4096 x 4096 95 vs 113 µs, 4096 x 14336
+// 261 vs 317), TileWG2 (two blocks an SM, 3 stages) elsewhere (14336 x 4096 213 vs 239 and 802
+// vs 822, 4096 x 14336 at 2048 862 vs 944). full_n: the N of the whole weight (a launch over a
+// block of its rows chooses as the whole would).
 cudaError_t dispatch_bf16(const bf16_bits* x, int T, const bf16_bits* w, int N, int K, float* y,
                           cudaStream_t s, MatmulKernel kernel, void* workspace,
                           size_t workspace_bytes, int64_t kseg, int ldy, int64_t full_n,
                           Epi epi = {}, bool pdl = true) {
   if (kernel == MatmulKernel::Auto) {
     const bool ws_ok = workspace && workspace_bytes >= workspace_bytes_kseg(T, N, K, kseg);
-    kernel = T > 64 || (T > 16 && full_n >= 8192) ? MatmulKernel::Tile128K64
-             : ws_ok || full_n > 8192              ? MatmulKernel::Rows16x32
-                                                   : MatmulKernel::Rows16x32Deep;
+    kernel = T > 64 ? (T >= 1024 || full_n >= 8192 ? MatmulKernel::TileWG2 : MatmulKernel::TileWG)
+             : T > 16 && full_n >= 8192 ? MatmulKernel::Tile128K64
+             : ws_ok || full_n > 8192   ? MatmulKernel::Rows16x32
+                                        : MatmulKernel::Rows16x32Deep;
   }
   switch (kernel) {
     case MatmulKernel::Rows16x16:
@@ -553,6 +679,10 @@ cudaError_t dispatch_bf16(const bf16_bits* x, int T, const bf16_bits* w, int N, 
       return launch<128, 128, 32, 2, 4, 4>(x, T, w, N, K, y, s, nullptr, 0, kseg, ldy, epi, pdl);
     case MatmulKernel::Tile128K64:
       return launch<128, 128, 64, 2, 4, 3>(x, T, w, N, K, y, s, nullptr, 0, kseg, ldy, epi, pdl);
+    case MatmulKernel::TileWG:
+      return launch_wg<128, 5>(x, T, w, N, K, y, s, kseg, ldy, epi, pdl);
+    case MatmulKernel::TileWG2:
+      return launch_wg<128, 3>(x, T, w, N, K, y, s, kseg, ldy, epi, pdl);
     case MatmulKernel::Rows16x32:
     default:
       return launch<16, 32, 128, 1, 4, 4>(x, T, w, N, K, y, s, workspace, workspace_bytes, kseg,
