@@ -451,12 +451,13 @@ int main(int argc, char** argv) {
       for (auto kern : {bc::MatmulKernel::Rows16x32, bc::MatmulKernel::Rows16x16,
                         bc::MatmulKernel::Rows16x32Deep, bc::MatmulKernel::Tile128,
                         bc::MatmulKernel::Tile128K64, bc::MatmulKernel::TileWG,
-                        bc::MatmulKernel::TileWG2})
+                        bc::MatmulKernel::TileWG2, bc::MatmulKernel::TileWG64})
         for (bool split : {false, true}) {
           const bool tile =
               kern == bc::MatmulKernel::Tile128 || kern == bc::MatmulKernel::Tile128K64 ||
               kern == bc::MatmulKernel::TileWG || kern == bc::MatmulKernel::TileWG2;
-          if ((T == 1 && tile) || (T >= 512 && !tile) || (tile && split)) continue;
+          const bool wg64 = kern == bc::MatmulKernel::TileWG64;
+          if ((T == 1 && (tile || wg64)) || (T >= 512 && !tile) || (tile && split)) continue;
           const double ms = time_ms(
               [&](int i) {
                 CK(bc::matmul_bf16(x, T, w + (wbytes / 2) * (i % copies), sh.N, sh.K, y, nullptr,
@@ -473,6 +474,7 @@ int main(int argc, char** argv) {
               : kern == bc::MatmulKernel::Tile128K64    ? "T128K64"
               : kern == bc::MatmulKernel::TileWG        ? "TileWG"
               : kern == bc::MatmulKernel::TileWG2       ? "TileWG2"
+              : kern == bc::MatmulKernel::TileWG64      ? (split ? "WG64+sK" : "TileWG64")
                                                         : "Tile128";
           std::printf("%-10s %6lld %6lld %6lld %-10s %10.2f %9.0f %6.1f%% %9.1f\n", "matmul",
                       (long long)T, (long long)sh.N, (long long)sh.K, kn, ms * 1e3, gbs,

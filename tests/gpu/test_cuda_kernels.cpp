@@ -269,7 +269,7 @@ void test_swiglu() {
 const bc::MatmulKernel kMmKernels[] = {bc::MatmulKernel::Rows16x32, bc::MatmulKernel::Rows16x16,
                                        bc::MatmulKernel::Rows16x32Deep, bc::MatmulKernel::Tile128,
                                        bc::MatmulKernel::Tile128K64, bc::MatmulKernel::TileWG,
-                                       bc::MatmulKernel::TileWG2};
+                                       bc::MatmulKernel::TileWG2, bc::MatmulKernel::TileWG64};
 bool is_tile(bc::MatmulKernel k) {
   return k == bc::MatmulKernel::Tile128 || k == bc::MatmulKernel::Tile128K64 ||
          k == bc::MatmulKernel::TileWG || k == bc::MatmulKernel::TileWG2;
@@ -290,6 +290,8 @@ const char* mm_name(bc::MatmulKernel k) {
       return "TileWG";
     case bc::MatmulKernel::TileWG2:
       return "TileWG2";
+    case bc::MatmulKernel::TileWG64:
+      return "TileWG64";
     default:
       return "Auto";
   }

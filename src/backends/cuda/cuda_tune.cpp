@@ -100,6 +100,7 @@ bool matmul_supports(const KernelChoices* in_force, const KernelVariant& v, cons
       case int64_t(MatmulKernel::Tile128K64):
       case int64_t(MatmulKernel::TileWG):
       case int64_t(MatmulKernel::TileWG2):
+      case int64_t(MatmulKernel::TileWG64):
         return (s.T + 127) / 128 <= 65535;
       default:
         return false;
@@ -238,7 +239,7 @@ std::vector<OpKernels> kernel_registry(const KernelChoices* in_force) {
   mm.op = "matmul";
   mm.doc =
       "bf16: the tiling (rows16x32, rows16x16, rows16x32deep: 16 rows a block for decode; "
-      "tile128, tile128k64, tilewg, tilewg2: prefill); scaled: the fused decode kernel (T <= 64; fused1-3: other stage "
+      "tile128, tile128k64, tilewg, tilewg2: prefill; tilewg64: 17-64 rows); scaled: the fused decode kernel (T <= 64; fused1-3: other stage "
       "shapes at T <= 8) or dequant (bf16 scratch + the bf16 tilings). Same bits";
   mm.variants = {{"auto", {}},
                  {"rows16x32", {{"tiling", int64_t(MatmulKernel::Rows16x32)}}},
@@ -248,6 +249,7 @@ std::vector<OpKernels> kernel_registry(const KernelChoices* in_force) {
                  {"tile128k64", {{"tiling", int64_t(MatmulKernel::Tile128K64)}}},
                  {"tilewg", {{"tiling", int64_t(MatmulKernel::TileWG)}}},
                  {"tilewg2", {{"tiling", int64_t(MatmulKernel::TileWG2)}}},
+                 {"tilewg64", {{"tiling", int64_t(MatmulKernel::TileWG64)}}},
                  {"fused", {{"kernel", int64_t(ScaledKernel::Fused)}, {"config", 0}}}};
   for (int64_t c = 1; c <= 3; ++c)
     mm.variants.push_back(

@@ -84,8 +84,9 @@ cudaError_t stream_delay(int64_t ns, cudaStream_t s);
 // from 0; the order depends on K alone. All variants compute exactly that; they differ in tiling.
 // (The enum values of MatmulKernel, ScaledKernel and AttnKernel are recipe parameters: keep them.)
 enum class MatmulKernel : uint8_t {
-  Auto,           // T > 64: TileWG (T < 1024 and N < 8192) or TileWG2; T > 16 with N >= 8192:
-                  // Tile128K64; else workspace or N > 8192: Rows16x32; else Rows16x32Deep
+  Auto,           // T > 64: TileWG (T < 1024 and N < 8192) or TileWG2; T > 16 with N >= 8192,
+                  // or T > 32 with a workspace: TileWG64; else workspace or N > 8192:
+                  // Rows16x32; else Rows16x32Deep
   Rows16x32,      // 16 rows (T padded) × 32 columns per block, 4 warps, k-stage 128: decode
   Rows16x16,      // 16 rows × 16 columns per block, 2 warps, k-stage 256: decode, more blocks
   Rows16x32Deep,  // as Rows16x32 with k-stage 256 and 6 stages: more bytes in flight per SM
@@ -93,6 +94,8 @@ enum class MatmulKernel : uint8_t {
   Tile128K64,     // 128 × 128 per block, 8 warps, k-stage 64, 3-stage cp.async: prefill
   TileWG,         // 128 × 128 per block, two warpgroups on wgmma, k-stage 64, 5 stages
   TileWG2,        // the same with 3 stages (two blocks an SM)
+  TileWG64,       // 64 × 64 per block, one warpgroup on wgmma, 6 stages, split-K blocks with a
+                  // workspace: batches of 17-64 rows
 };
 // Split-K fixed by the weight shape alone: segments of matmul_kseg(N, K) (the last shorter);
 // y = ((c_0 + c_1) + c_2) + ... with c_s the chain over segment s. With a workspace of

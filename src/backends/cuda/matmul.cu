@@ -368,45 +368,49 @@ cudaError_t launch(const bf16_bits* x, int T, const bf16_bits* w, int N, int K, 
                     counters, epi);
 }
 
-// The wgmma tiling (TileWG): 128 rows × BN columns a block, two warpgroups of 64 rows, k-stage
-// 64, STAGES-deep cp.async into 128-byte-swizzled K-major tiles, four wgmma.m64nBNk16 per stage
-// with one stage's group left in flight while the next is issued.
-// A chain of wgmma k16 steps gives mma_bf16's chain bit for bit (bench/cuda/wgmma_probe on the
-// H200), so with the same k order, the same segments and the same fold into y as Tile128 this is
-// matmul_bf16 exactly (tests/gpu compares it bitwise with T = 1 rows of the Rows tilings).
-template <int BN, int STAGES>
+// The wgmma tilings: WGS warpgroups of 64 rows (BM = 64·WGS) × BN columns a block, k-stage 64,
+// STAGES-deep cp.async into 128-byte-swizzled K-major tiles, four wgmma.m64nBNk16 a stage with
+// one stage's group left in flight while the next is issued. A chain of wgmma k16 steps gives
+// mma_bf16's chain bit for bit (bench/cuda/wgmma_probe on the H200), so with the same k order,
+// segments and fold as the mma.sync tilings this is matmul_bf16 exactly (tests/gpu compares it
+// bitwise with T = 1 rows of the Rows tilings). Segments fold into y as they finish (Tile128's
+// way), or, with gridDim.z > 1 (a workspace), run in separate blocks whose partials the tile's
+// last block adds in order (the Rows tilings' way).
+template <int WGS, int BN, int STAGES>
 struct WgCfg {
-  static constexpr int kBM = 128, kBK = 64, kThreads = 256;
+  static constexpr int kBM = 64 * WGS, kBK = 64, kThreads = 128 * WGS;
   static constexpr int kStageBytes = (kBM + BN) * kBK * 2;
   static constexpr size_t kSmem = size_t(STAGES) * kStageBytes + 1024;  // + alignment slack
 };
 
-template <int BN, int STAGES>
-__global__ void __launch_bounds__(256)
+template <int WGS, int BN, int STAGES>
+__global__ void __launch_bounds__(128 * WGS)
     matmul_wg_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                      float* __restrict__ y, int T, int N, int K, int ldy, int kSegTiles,
-                     Epi epi) {
-  using C = WgCfg<BN, STAGES>;
-  constexpr int BM = C::kBM, BK = C::kBK;
+                     float* __restrict__ part, int* __restrict__ counters, Epi epi) {
+  using C = WgCfg<WGS, BN, STAGES>;
+  constexpr int BM = C::kBM, BK = C::kBK, NT = C::kThreads;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   unsigned char* const sm = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const uint32_t sm_s = smem_addr(sm);
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
   const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, wq = (tid >> 5) & 3;
-  const int KT = (K + BK - 1) / BK;
+  const int KT_all = (K + BK - 1) / BK;
+  const bool split = gridDim.z > 1;  // this block runs segment blockIdx.z only
+  const int kt0 = split ? int(blockIdx.z) * kSegTiles : 0;
+  const int KT = split ? min(KT_all - kt0, kSegTiles) : KT_all;
 
   // Copies: 16-byte chunk c of tile row r at byte r·128 + ((c ^ (r & 7)) << 4); thread tid takes
-  // chunks tid + 256·i (8 consecutive threads a row). Rows past T / N and columns past K: zeros.
+  // chunks tid + NT·i (8 consecutive threads a row). Rows past T / N and columns past K: zeros.
   auto load_stage = [&](int stage, int kt) {
-    const int k0 = kt * BK;
+    const int k0 = (kt0 + kt) * BK;
     const uint32_t st = sm_s + uint32_t(stage * C::kStageBytes);
 #pragma unroll
-    for (int i = 0; i < (BM + BN) * 8 / 256; ++i) {
-      const int chunk = tid + 256 * i, r = chunk >> 3, c = chunk & 7;
+    for (int i = 0; i < (BM + BN) * 8 / NT; ++i) {
+      const int chunk = tid + NT * i, r = chunk >> 3, c = chunk & 7;
       const bool is_a = r < BM;
-      const int rr = is_a ? r : r - BM;
-      const int grow = is_a ? m0 + rr : n0 + rr;
+      const int grow = is_a ? m0 + r : n0 + r - BM;
       const bool ok = grow < (is_a ? T : N) && k0 + c * 8 < K;
       const __nv_bfloat16* src = ok ? (is_a ? x : w) + size_t(grow) * K + k0 + c * 8 : x;
       cp_async16_s(st + uint32_t(r * 128 + ((c ^ (r & 7)) << 4)), src, ok ? 16 : 0);
@@ -446,8 +450,8 @@ __global__ void __launch_bounds__(256)
       wgmma_bf16<BN>(acc, wgmma_desc_sw128(ta + kk * 32), wgmma_desc_sw128(tb + kk * 32),
                      seg_pos > 0 || kk > 0);
     wgmma_commit();
-    // End of a segment: y = c_0, then y = y + c_s (Tile128's fold).
-    if (++seg_pos == kSegTiles || kt + 1 == KT) {
+    // End of a segment (folding mode): y = c_0, then y = y + c_s (Tile128's fold).
+    if (!split && (++seg_pos == kSegTiles || kt + 1 == KT)) {
       wgmma_wait<0>();
       const bool first = first_seg;
       first_seg = false;
@@ -464,17 +468,52 @@ __global__ void __launch_bounds__(256)
           }
         }
     } else {
+      if (split) ++seg_pos;
       wgmma_wait<1>();
     }
   }
+  wgmma_wait<0>();
   cp_async_wait<0>();
+  if (!split) return;
+  // Split: store this segment's partial; the tile's last block adds them in segment order.
+  float* p = part + size_t(blockIdx.z) * size_t(T) * N;
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = out_row(e), c = out_col(j, e);
+      if (r < T && c < N) p[size_t(r) * N + c] = acc[4 * j + e];
+    }
+  __threadfence();
+  __syncthreads();
+  __shared__ int is_last;
+  const int tile = blockIdx.y * gridDim.x + blockIdx.x;
+  if (threadIdx.x == 0) is_last = atomicAdd(&counters[tile], 1) == int(gridDim.z) - 1;
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = out_row(e), c = out_col(j, e);
+      if (r < T && c < N) {
+        const size_t o = size_t(r) * N + c;
+        float v = __ldcg(part + o);
+        for (int z = 1; z < int(gridDim.z); ++z)
+          v = __fadd_rn(v, __ldcg(part + size_t(z) * size_t(T) * N + o));
+        y[size_t(r) * ldy + c] = epi.on ? __fmul_rn(epi_factor(epi, c), v) : v;
+      }
+    }
+  if (threadIdx.x == 0) counters[tile] = 0;  // ready for the next call
 }
 
-template <int BN, int STAGES>
+template <int WGS, int BN, int STAGES>
 cudaError_t launch_wg(const bf16_bits* x, int T, const bf16_bits* w, int N, int K, float* y,
-                      cudaStream_t s, int64_t kseg, int ldy, Epi epi, bool pdl) {
-  using C = WgCfg<BN, STAGES>;
-  auto* kern = matmul_wg_kernel<BN, STAGES>;
+                      cudaStream_t s, void* ws, size_t ws_bytes, int64_t kseg, int ldy, Epi epi,
+                      bool pdl) {
+  using C = WgCfg<WGS, BN, STAGES>;
+  auto* kern = matmul_wg_kernel<WGS, BN, STAGES>;
   static bool attr_set = false;  // per instantiation; idempotent, so a race is harmless
   if (!attr_set) {
     const cudaError_t e =
@@ -484,10 +523,18 @@ cudaError_t launch_wg(const bf16_bits* x, int T, const bf16_bits* w, int N, int 
   }
   const int segs = int((K + kseg - 1) / kseg);
   const int seg_tiles = segs == 1 ? (K + C::kBK - 1) / C::kBK : int(kseg / C::kBK);
-  const dim3 grid(unsigned((N + BN - 1) / BN), unsigned((T + C::kBM - 1) / C::kBM));
-  return launch_pdl(kern, grid, dim3(C::kThreads), C::kSmem, s, pdl && T <= 64,
+  const unsigned col_blocks = unsigned((N + BN - 1) / BN);
+  const unsigned row_blocks = unsigned((T + C::kBM - 1) / C::kBM);
+  const bool split = segs > 1 && int64_t(col_blocks) * row_blocks <= kMaxTiles && ws &&
+                     ws_bytes >= workspace_bytes_kseg(T, N, K, kseg);
+  int* counters = static_cast<int*>(ws);
+  float* part =
+      split ? reinterpret_cast<float*>(static_cast<char*>(ws) + counter_bytes()) : nullptr;
+  return launch_pdl(kern, dim3(col_blocks, row_blocks, unsigned(split ? segs : 1)),
+                    dim3(C::kThreads), C::kSmem, s, pdl && T <= 64,
                     reinterpret_cast<const __nv_bfloat16*>(x),
-                    reinterpret_cast<const __nv_bfloat16*>(w), y, T, N, K, ldy, seg_tiles, epi);
+                    reinterpret_cast<const __nv_bfloat16*>(w), y, T, N, K, ldy, seg_tiles, part,
+                    counters, epi);
 }
 
 // The grouped matmul of the MoE experts (kernels.h moe_matmul): the Rows16x32 tiling (16 rows ×
@@ -647,16 +694,19 @@ cudaError_t launch_moe(const bf16_bits* x, int64_t row_div, const bf16_bits* con
 }
 
 // A tiling choice only: every variant gives the same bits (tests/gpu). Measured on the H200
-// (docs/cuda.md): split-K pays where N / 32 blocks leave SMs idle; without it the deep pipeline
-// does best there; for batches of 17-64 rows the 128 × 128 tiles win where their column blocks
-// are enough to fill the SMs (N >= 8192: 1.3x at T = 32, 2.1x at 64 on 14336 x 4096) and lose
-// 2-3x where they are not. Of the 128-row tilings, k-stage 64 with 3 stages (two blocks an SM)
-// beats Tile128 on every llama-3.1-8b shape at T = 32 .. 2048 (5-19 %) and 128 × 256 loses.
-// Above 64 rows the wgmma tilings beat it (2026-12-04, bench/RESULTS.md; T = 512 / 2048): TileWG
-// (one block an SM, 5 stages) where T < 1024 and N < 8192 (4096 x 4096 95 vs 113 µs, 4096 x 14336
-// 261 vs 317), TileWG2 (two blocks an SM, 3 stages) elsewhere (14336 x 4096 213 vs 239 and 802
-// vs 822, 4096 x 14336 at 2048 862 vs 944). full_n: the N of the whole weight (a launch over a
-// block of its rows chooses as the whole would).
+// (docs/cuda.md, bench/RESULTS.md; µs):
+// - T <= 16 (decode): the Rows tilings; split-K pays where N / 32 blocks leave SMs idle; without
+//   a workspace the deep pipeline does best.
+// - 17-64 rows (serving batches): TileWG64 (one warpgroup, 64 × 64, split-K blocks) where
+//   N >= 8192 (14336 x 4096 at T = 32 / 64: 54.8 / 55.5 against Tile128K64's 64.4 / 68.8 and
+//   Rows16x32's 82.9 / 145) and, with a workspace, above 32 rows (T = 64: 4096 x 4096 40.2
+//   against Rows16x32's 51.3, 4096 x 14336 100.6 against 138.9; at T = 32 Rows16x32 wins).
+// - T > 64 (prefill): TileWG (one block an SM, 5 stages) where T < 1024 and N < 8192 (T = 512:
+//   4096 x 4096 90-95 against Tile128K64's 113, 4096 x 14336 230-261 against 316), TileWG2
+//   (two blocks an SM, 3 stages) elsewhere (14336 x 4096: 209 / 742 against 243 / 853 at
+//   T = 512 / 2048). Tile128K64 beats Tile128 everywhere (5-19 %); 128 × 256 tilings lost.
+// full_n: the N of the whole weight (a launch over a block of its rows chooses as the whole
+// would).
 cudaError_t dispatch_bf16(const bf16_bits* x, int T, const bf16_bits* w, int N, int K, float* y,
                           cudaStream_t s, MatmulKernel kernel, void* workspace,
                           size_t workspace_bytes, int64_t kseg, int ldy, int64_t full_n,
@@ -664,9 +714,9 @@ cudaError_t dispatch_bf16(const bf16_bits* x, int T, const bf16_bits* w, int N, 
   if (kernel == MatmulKernel::Auto) {
     const bool ws_ok = workspace && workspace_bytes >= workspace_bytes_kseg(T, N, K, kseg);
     kernel = T > 64 ? (T >= 1024 || full_n >= 8192 ? MatmulKernel::TileWG2 : MatmulKernel::TileWG)
-             : T > 16 && full_n >= 8192 ? MatmulKernel::Tile128K64
-             : ws_ok || full_n > 8192   ? MatmulKernel::Rows16x32
-                                        : MatmulKernel::Rows16x32Deep;
+             : T > 16 && (full_n >= 8192 || (T > 32 && ws_ok)) ? MatmulKernel::TileWG64
+             : ws_ok || full_n > 8192                          ? MatmulKernel::Rows16x32
+                                                               : MatmulKernel::Rows16x32Deep;
   }
   switch (kernel) {
     case MatmulKernel::Rows16x16:
@@ -680,9 +730,12 @@ cudaError_t dispatch_bf16(const bf16_bits* x, int T, const bf16_bits* w, int N, 
     case MatmulKernel::Tile128K64:
       return launch<128, 128, 64, 2, 4, 3>(x, T, w, N, K, y, s, nullptr, 0, kseg, ldy, epi, pdl);
     case MatmulKernel::TileWG:
-      return launch_wg<128, 5>(x, T, w, N, K, y, s, kseg, ldy, epi, pdl);
+      return launch_wg<2, 128, 5>(x, T, w, N, K, y, s, nullptr, 0, kseg, ldy, epi, pdl);
     case MatmulKernel::TileWG2:
-      return launch_wg<128, 3>(x, T, w, N, K, y, s, kseg, ldy, epi, pdl);
+      return launch_wg<2, 128, 3>(x, T, w, N, K, y, s, nullptr, 0, kseg, ldy, epi, pdl);
+    case MatmulKernel::TileWG64:
+      return launch_wg<1, 64, 6>(x, T, w, N, K, y, s, workspace, workspace_bytes, kseg, ldy, epi,
+                                 pdl);
     case MatmulKernel::Rows16x32:
     default:
       return launch<16, 32, 128, 1, 4, 4>(x, T, w, N, K, y, s, workspace, workspace_bytes, kseg,
