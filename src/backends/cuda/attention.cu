@@ -584,28 +584,47 @@ __device__ __forceinline__ void mma_row_keys(const MmaTile& m, uint32_t run, int
   }
 }
 
+// The chunk at j0 for the rows of `run` (table row t_run, last position `last`): K and V into
+// shared memory, each row's visible keys n, and the softmax statistics and weights.
+struct MmaChunk {
+  int n[2];
+  float m[2], l[2];
+  uint32_t ph[4][4], pl[4][4];
+};
+template <int D>
+__device__ __forceinline__ void mma_chunk(const AttnArgs& a, const MmaTile& m, uint32_t run,
+                                          int64_t t_run, int last, int64_t j0,
+                                          const bf16_bits* qs, bf16_bits* ks, bf16_bits* vs,
+                                          int lane, MmaChunk& ch) {
+  const int64_t nl = last - j0 + 1;
+  __syncwarp();  // the previous chunk's K/V are no longer read
+  mma_load_kv<D>(a, m, t_run, j0, int(nl < kAttnChunk ? nl : kAttnChunk), ks, vs, lane);
+  mma_row_keys(m, run, j0, lane, ch.n);
+  mma_chunk_weights<D>(qs, ks, ch.n, a.scale, lane, ch.m, ch.l, ch.ph, ch.pl);
+}
+
+// A warp's shared memory: q_hi, q_lo [16][D], K [64][D], V [64][D].
+template <int D>
+struct MmaWarpSmem {
+  bf16_bits *qs, *ks, *vs;
+  __device__ explicit MmaWarpSmem(bf16_bits* base)
+      : qs(base), ks(base + 2 * kMmaRows * D), vs(base + 2 * kMmaRows * D + kAttnChunk * D) {}
+};
+
 template <int D>
 __global__ void __launch_bounds__(32) attn_mma_fused_kernel(AttnArgs a, int64_t n_tiles) {
   pdl_trigger();
   extern __shared__ __align__(16) bf16_bits sm_mma[];
-  bf16_bits* qs = sm_mma;
-  bf16_bits* ks = qs + 2 * kMmaRows * D;
-  bf16_bits* vs = ks + kAttnChunk * D;
+  const MmaWarpSmem<D> sm(sm_mma);
   const int lane = threadIdx.x;
   const MmaTile m = mma_tile(a, blockIdx.x / n_tiles, blockIdx.x % n_tiles, lane);
-  mma_load_q<D>(a, m, qs, lane);
+  mma_load_q<D>(a, m, sm.qs, lane);
   float st_m[2] = {-INFINITY, -INFINITY}, st_l[2] = {0.0f, 0.0f}, acc[D / 8][4];
   mma_runs(m, lane, [&](uint32_t run, int64_t t_run, int last) {
     for (int64_t c = 0; c <= last / kAttnChunk; ++c) {
-      const int64_t j0 = c * kAttnChunk;
-      const int64_t nl = last - j0 + 1;
-      __syncwarp();
-      mma_load_kv<D>(a, m, t_run, j0, int(nl < kAttnChunk ? nl : kAttnChunk), ks, vs, lane);
-      int n[2];
-      mma_row_keys(m, run, j0, lane, n);
-      float cm[2], cl[2];
-      uint32_t ph[4][4], pl[4][4];
-      mma_chunk_weights<D>(qs, ks, n, a.scale, lane, cm, cl, ph, pl);
+      MmaChunk ch;
+      mma_chunk<D>(a, m, run, t_run, last, c * kAttnChunk, sm.qs, sm.ks, sm.vs, lane, ch);
+      const int(&n)[2] = ch.n;
       // merge(): st ⊕ chunk, or st = chunk for the row's first chunk.
       float fa[2], fb[2];
       bool first[2];
@@ -614,19 +633,19 @@ __global__ void __launch_bounds__(32) attn_mma_fused_kernel(AttnArgs a, int64_t 
         first[half] = c == 0;
         if (n[half] == 0 || first[half]) {
           fa[half] = 0.0f, fb[half] = 1.0f;
-          if (n[half] > 0) st_m[half] = cm[half], st_l[half] = cl[half];
+          if (n[half] > 0) st_m[half] = ch.m[half], st_l[half] = ch.l[half];
           continue;
         }
-        const float mn = fmaxf(st_m[half], cm[half]);
+        const float mn = fmaxf(st_m[half], ch.m[half]);
         fa[half] = expf(__fsub_rn(st_m[half], mn));
-        fb[half] = expf(__fsub_rn(cm[half], mn));
-        st_l[half] = __fadd_rn(__fmul_rn(st_l[half], fa[half]), __fmul_rn(cl[half], fb[half]));
+        fb[half] = expf(__fsub_rn(ch.m[half], mn));
+        st_l[half] = __fadd_rn(__fmul_rn(st_l[half], fa[half]), __fmul_rn(ch.l[half], fb[half]));
         st_m[half] = mn;
       }
 #pragma unroll
       for (int dp = 0; dp < D / 16; ++dp) {
         float o[2][4];
-        mma_chunk_values<D>(vs, ph, pl, dp, lane, o);
+        mma_chunk_values<D>(sm.vs, ch.ph, ch.pl, dp, lane, o);
 #pragma unroll
         for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -660,9 +679,7 @@ __global__ void __launch_bounds__(32)
     attn_mma_split_kernel(AttnArgs a, int64_t n_tiles, int64_t max_chunks) {
   pdl_trigger();
   extern __shared__ __align__(16) bf16_bits sm_mma[];
-  bf16_bits* qs = sm_mma;
-  bf16_bits* ks = qs + 2 * kMmaRows * D;
-  bf16_bits* vs = ks + kAttnChunk * D;
+  const MmaWarpSmem<D> sm(sm_mma);
   const int lane = threadIdx.x;
   const int64_t c = blockIdx.x % max_chunks, ht = blockIdx.x / max_chunks;
   const MmaTile m = mma_tile(a, ht / n_tiles, ht % n_tiles, lane);
@@ -670,20 +687,15 @@ __global__ void __launch_bounds__(32)
   const int64_t j0 = c * kAttnChunk;
   mma_runs(m, lane, [&](uint32_t run, int64_t t_run, int last) {
     if (last < j0) return;
-    if (!q_loaded) mma_load_q<D>(a, m, qs, lane), q_loaded = true;
-    const int64_t nl = last - j0 + 1;
-    __syncwarp();
-    mma_load_kv<D>(a, m, t_run, j0, int(nl < kAttnChunk ? nl : kAttnChunk), ks, vs, lane);
-    int n[2];
-    mma_row_keys(m, run, j0, lane, n);
-    float cm[2], cl[2];
-    uint32_t ph[4][4], pl[4][4];
-    mma_chunk_weights<D>(qs, ks, n, a.scale, lane, cm, cl, ph, pl);
+    if (!q_loaded) mma_load_q<D>(a, m, sm.qs, lane), q_loaded = true;
+    MmaChunk ch;
+    mma_chunk<D>(a, m, run, t_run, last, j0, sm.qs, sm.ks, sm.vs, lane, ch);
+    const int(&n)[2] = ch.n;
     const int cq = 2 * (lane & 3);
 #pragma unroll
     for (int dp = 0; dp < D / 16; ++dp) {
       float o[2][4];
-      mma_chunk_values<D>(vs, ph, pl, dp, lane, o);
+      mma_chunk_values<D>(sm.vs, ch.ph, ch.pl, dp, lane, o);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         if (n[half] == 0) continue;
@@ -692,7 +704,7 @@ __global__ void __launch_bounds__(32)
         for (int i = 0; i < 2; ++i)
           *reinterpret_cast<float2*>(w + 8 * (2 * dp + i) + cq) =
               make_float2(o[i][2 * half], o[i][2 * half + 1]);
-        if (dp == 0 && (lane & 3) == 0) w[D] = cm[half], w[D + 1] = cl[half];
+        if (dp == 0 && (lane & 3) == 0) w[D] = ch.m[half], w[D + 1] = ch.l[half];
       }
     }
   });

@@ -101,6 +101,36 @@ __device__ __forceinline__ float epi_factor(const Epi& e, int c) {
   return e.rows ? __fmul_rn(__ldg(e.rows + c), e.scale) : e.scale;
 }
 
+// Split-K across blocks (with a workspace): each block stores the partial of its segment
+// (blockIdx.z) into part [segments, T, N]; the tile's last block to arrive (an arrival counter,
+// not an atomic reduction) returns true with every element replaced by ((p_0 + p_1) + p_2) + ...
+// in segment order. each(f) calls f(row, col, value&) for the thread's elements.
+template <class Each>
+__device__ __forceinline__ bool split_k_fold(Each each, float* part, int* counters, int T, int N) {
+  float* p = part + size_t(blockIdx.z) * size_t(T) * N;
+  each([&](int r, int c, float& v) {
+    if (r < T && c < N) p[size_t(r) * N + c] = v;
+  });
+  __threadfence();
+  __syncthreads();
+  __shared__ int is_last;
+  const int tile = blockIdx.y * gridDim.x + blockIdx.x;
+  if (threadIdx.x == 0) is_last = atomicAdd(&counters[tile], 1) == int(gridDim.z) - 1;
+  __syncthreads();
+  if (!is_last) return false;
+  __threadfence();
+  each([&](int r, int c, float& v) {
+    if (r >= T || c >= N) return;
+    const size_t o = size_t(r) * N + c;
+    float sum = __ldcg(part + o);
+    for (int z = 1; z < int(gridDim.z); ++z)
+      sum = __fadd_rn(sum, __ldcg(part + size_t(z) * size_t(T) * N + o));
+    v = sum;
+  });
+  if (threadIdx.x == 0) counters[tile] = 0;  // ready for the next call
+  return true;
+}
+
 // x [T, K], w [N, K] bf16; y [T, ldy] f32 (columns 0..N-1 written). Block (bx, by) owns columns
 // bx*BN.., rows by*BM...
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES>
@@ -283,42 +313,16 @@ __global__ void __launch_bounds__(MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>::k
   }
   cp_async_wait<0>();
 
-  if (split) {  // store this segment's partial; the tile's last block adds them in order
-    float* p = part + size_t(blockIdx.z) * size_t(T) * N;
+  // Split: this segment's partial out; the tile's last block gets the sums in acc.
+  auto each = [&](auto f) {
 #pragma unroll
     for (int i = 0; i < C::kMt; ++i)
 #pragma unroll
       for (int j = 0; j < C::kNt; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = out_row(i, e), c = out_col(j, e);
-          if (r < T && c < N) p[size_t(r) * N + c] = acc[i][j][e];
-        }
-    __threadfence();
-    __syncthreads();
-    __shared__ int is_last;
-    const int tile = blockIdx.y * gridDim.x + blockIdx.x;
-    if (threadIdx.x == 0) is_last = atomicAdd(&counters[tile], 1) == int(gridDim.z) - 1;
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
-#pragma unroll
-    for (int i = 0; i < C::kMt; ++i)
-#pragma unroll
-      for (int j = 0; j < C::kNt; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = out_row(i, e), c = out_col(j, e);
-          if (r < T && c < N) {
-            const size_t o = size_t(r) * N + c;
-            float v = __ldcg(part + o);
-            for (int z = 1; z < int(gridDim.z); ++z)
-              v = __fadd_rn(v, __ldcg(part + size_t(z) * size_t(T) * N + o));
-            tot[i][j][e] = v;
-          }
-        }
-    if (threadIdx.x == 0) counters[tile] = 0;  // ready for the next call
-  }
+        for (int e = 0; e < 4; ++e) f(out_row(i, e), out_col(j, e), acc[i][j][e]);
+  };
+  if (split && !split_k_fold(each, part, counters, T, N)) return;
   if constexpr (!kFoldInY)  // (with kFoldInY, y already holds the folded sum)
 #pragma unroll
     for (int i = 0; i < C::kMt; ++i)
@@ -327,10 +331,22 @@ __global__ void __launch_bounds__(MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>::k
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = out_row(i, e), c = out_col(j, e);
+          const float v = split ? acc[i][j][e] : tot[i][j][e];
           if (r < T && c < N)
-            y[size_t(r) * ldy + c] =
-                epi.on ? __fmul_rn(epi_factor(epi, c), tot[i][j][e]) : tot[i][j][e];
+            y[size_t(r) * ldy + c] = epi.on ? __fmul_rn(epi_factor(epi, c), v) : v;
         }
+}
+
+// Lets Kern use `bytes` of dynamic shared memory: set once per kernel (idempotent, so a race is
+// harmless).
+template <auto Kern>
+cudaError_t allow_smem(size_t bytes) {
+  static bool done = false;
+  if (done) return cudaSuccess;
+  const cudaError_t e =
+      cudaFuncSetAttribute(Kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  done = e == cudaSuccess;
+  return e;
 }
 
 // kseg: the segment length of the whole weight (the call's, resolved: a launch over a block of
@@ -341,13 +357,10 @@ cudaError_t launch(const bf16_bits* x, int T, const bf16_bits* w, int N, int K, 
                    bool pdl) {
   using C = MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>;
   auto* kern = matmul_bf16_kernel<BM, BN, BK, WARPS_M, WARPS_N, STAGES>;
-  static bool attr_set = false;  // per instantiation; idempotent, so a race is harmless
-  if (!attr_set) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::kSmem));
-    if (e != cudaSuccess) return e;
-    attr_set = true;
-  }
+  if (const cudaError_t e = allow_smem<matmul_bf16_kernel<BM, BN, BK, WARPS_M, WARPS_N, STAGES>>(
+          C::kSmem);
+      e != cudaSuccess)
+    return e;
   const int segs = int((K + kseg - 1) / kseg);
   // Segments are whole k-stages of every tiling (kseg is a multiple of 256), or all of K.
   const int seg_tiles = segs == 1 ? (K + BK - 1) / BK : int(kseg / BK);
@@ -397,7 +410,10 @@ __global__ void __launch_bounds__(128 * WGS)
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
   const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, wq = (tid >> 5) & 3;
   const int KT_all = (K + BK - 1) / BK;
-  const bool split = gridDim.z > 1;  // this block runs segment blockIdx.z only
+  // Split mode (one-warpgroup tiles only: the 128-row ones keep their registers for two blocks an
+  // SM): this block runs segment blockIdx.z only.
+  constexpr bool kCanSplit = WGS == 1;
+  const bool split = kCanSplit && gridDim.z > 1;
   const int kt0 = split ? int(blockIdx.z) * kSegTiles : 0;
   const int KT = split ? min(KT_all - kt0, kSegTiles) : KT_all;
 
@@ -474,38 +490,20 @@ __global__ void __launch_bounds__(128 * WGS)
   }
   wgmma_wait<0>();
   cp_async_wait<0>();
-  if (!split) return;
-  // Split: store this segment's partial; the tile's last block adds them in segment order.
-  float* p = part + size_t(blockIdx.z) * size_t(T) * N;
+  if constexpr (kCanSplit) {
+    if (!split) return;
+    // Split: this segment's partial out; the tile's last block writes the sums.
+    auto each = [&](auto f) {
 #pragma unroll
-  for (int j = 0; j < BN / 8; ++j)
+      for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = out_row(e), c = out_col(j, e);
-      if (r < T && c < N) p[size_t(r) * N + c] = acc[4 * j + e];
-    }
-  __threadfence();
-  __syncthreads();
-  __shared__ int is_last;
-  const int tile = blockIdx.y * gridDim.x + blockIdx.x;
-  if (threadIdx.x == 0) is_last = atomicAdd(&counters[tile], 1) == int(gridDim.z) - 1;
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();
-#pragma unroll
-  for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = out_row(e), c = out_col(j, e);
-      if (r < T && c < N) {
-        const size_t o = size_t(r) * N + c;
-        float v = __ldcg(part + o);
-        for (int z = 1; z < int(gridDim.z); ++z)
-          v = __fadd_rn(v, __ldcg(part + size_t(z) * size_t(T) * N + o));
-        y[size_t(r) * ldy + c] = epi.on ? __fmul_rn(epi_factor(epi, c), v) : v;
-      }
-    }
-  if (threadIdx.x == 0) counters[tile] = 0;  // ready for the next call
+        for (int e = 0; e < 4; ++e) f(out_row(e), out_col(j, e), acc[4 * j + e]);
+    };
+    if (!split_k_fold(each, part, counters, T, N)) return;
+    each([&](int r, int c, float& v) {
+      if (r < T && c < N) y[size_t(r) * ldy + c] = epi.on ? __fmul_rn(epi_factor(epi, c), v) : v;
+    });
+  }
 }
 
 template <int WGS, int BN, int STAGES>
@@ -514,13 +512,9 @@ cudaError_t launch_wg(const bf16_bits* x, int T, const bf16_bits* w, int N, int 
                       bool pdl) {
   using C = WgCfg<WGS, BN, STAGES>;
   auto* kern = matmul_wg_kernel<WGS, BN, STAGES>;
-  static bool attr_set = false;  // per instantiation; idempotent, so a race is harmless
-  if (!attr_set) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::kSmem));
-    if (e != cudaSuccess) return e;
-    attr_set = true;
-  }
+  if (const cudaError_t e = allow_smem<matmul_wg_kernel<WGS, BN, STAGES>>(C::kSmem);
+      e != cudaSuccess)
+    return e;
   const int segs = int((K + kseg - 1) / kseg);
   const int seg_tiles = segs == 1 ? (K + C::kBK - 1) / C::kBK : int(kseg / C::kBK);
   const unsigned col_blocks = unsigned((N + BN - 1) / BN);
@@ -675,13 +669,8 @@ cudaError_t launch_moe(const bf16_bits* x, int64_t row_div, const bf16_bits* con
                        cudaStream_t s) {
   auto* kern = moe_matmul_kernel<BK, STAGES>;
   constexpr size_t smem = MoeCfg<BK, STAGES>::kSmem;
-  static bool attr_set = false;  // per instantiation; idempotent, so a race is harmless
-  if (!attr_set) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    if (e != cudaSuccess) return e;
-    attr_set = true;
-  }
+  if (const cudaError_t e = allow_smem<moe_matmul_kernel<BK, STAGES>>(smem); e != cudaSuccess)
+    return e;
   // matmul_bf16's segments for this weight shape, in k-stages of BK (kseg is a multiple of 256).
   const int64_t kseg = matmul_kseg(N, K);
   const int seg_tiles = kseg >= K ? int((K + BK - 1) / BK) : int(kseg / BK);
@@ -1249,13 +1238,10 @@ cudaError_t launch_scaled(ScaledArgs a, int64_t kseg, cudaStream_t s, void* ws, 
   using C = SCfg<F, BK>;
   constexpr int NT = MR <= 2 ? 1 : 2;
   auto* kern = matmul_scaled_kernel<F, MR, NT, BK, STAGES>;
-  static bool attr_set = false;  // per instantiation; idempotent, so a race is harmless
-  if (!attr_set) {
-    const cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               int(C::smem(8 * MR, STAGES)));
-    if (e != cudaSuccess) return e;
-    attr_set = true;
-  }
+  if (const cudaError_t e =
+          allow_smem<matmul_scaled_kernel<F, MR, NT, BK, STAGES>>(C::smem(8 * MR, STAGES));
+      e != cudaSuccess)
+    return e;
   const int segs = int((a.K + kseg - 1) / kseg);
   // Segments are whole k-stages (kseg is a multiple of BK), or all of K.
   a.seg_stages = segs == 1 ? (a.K + BK - 1) / BK : int(kseg / BK);
