@@ -359,8 +359,8 @@ constexpr int kMmaRows = 16;
 // Split when fewer (KV head, tile) warps than this would walk the chunks.
 constexpr int64_t kMmaSplitMaxTiles = 1024;
 
-__host__ __device__ __forceinline__ bool mma_path(const AttnArgs& a) {
-  return !a.k8 && (a.D == 64 || a.D == 128);
+__host__ __device__ __forceinline__ bool mma_path(bool fp8, int64_t D) {
+  return !fp8 && (D == 64 || D == 128);
 }
 __host__ __device__ __forceinline__ int64_t mma_tiles(int64_t T, int64_t G) {
   return (T * G + kMmaRows - 1) / kMmaRows;
@@ -748,10 +748,7 @@ cudaError_t launch(const AttnArgs& a, cudaStream_t s, bool split) {
 }  // namespace
 
 bool attention_may_split(int64_t T, int64_t H, int64_t Hkv, int64_t D, bool fp8) {
-  AttnArgs a;
-  a.D = D;
-  a.k8 = fp8 ? reinterpret_cast<const uint8_t*>(1) : nullptr;
-  if (mma_path(a)) return Hkv * mma_tiles(T, H / Hkv) < kMmaSplitMaxTiles;
+  if (mma_path(fp8, D)) return Hkv * mma_tiles(T, H / Hkv) < kMmaSplitMaxTiles;
   return T * H < kAttnSplitMaxWarps;
 }
 
@@ -775,7 +772,8 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t s, AttnKernel kernel) {
                      (kernel == AttnKernel::Auto && ws_ok &&
                       attention_may_split(a.T, a.H, a.Hkv, a.D, a.k8 != nullptr) &&
                       n_chunks(max_pos_of(a)) > 1);
-  if (mma_path(a)) return a.D == 128 ? launch_mma<128>(a, s, split) : launch_mma<64>(a, s, split);
+  if (mma_path(a.k8 != nullptr, a.D))
+    return a.D == 128 ? launch_mma<128>(a, s, split) : launch_mma<64>(a, s, split);
   if (a.k8)
     return a.D == 256   ? launch<8, Fp8Rows>(a, s, split)
            : a.D == 128 ? launch<4, Fp8Rows>(a, s, split)

@@ -88,7 +88,8 @@ bool matmul_supports(const KernelChoices* in_force, const KernelVariant& v, cons
   const bool bf16 = s.dtype == "bf16";
   const int64_t tiling = v.param("tiling", 0), kernel = v.param("kernel", 0);
   if (tiling) {  // grid limits (65535 blocks on y): column blocks of the Rows tilings, row
-                 // blocks of Tile128; every tiling takes any T, with or without the workspace
+                 // blocks of the Tile tilings; every tiling takes any T, with or without the
+                 // workspace
     if (!bf16 || v.params.size() != 1) return false;
     switch (tiling) {
       case int64_t(MatmulKernel::Rows16x32):
@@ -100,8 +101,9 @@ bool matmul_supports(const KernelChoices* in_force, const KernelVariant& v, cons
       case int64_t(MatmulKernel::Tile128K64):
       case int64_t(MatmulKernel::TileWG):
       case int64_t(MatmulKernel::TileWG2):
-      case int64_t(MatmulKernel::TileWG64):
         return (s.T + 127) / 128 <= 65535;
+      case int64_t(MatmulKernel::TileWG64):
+        return (s.T + 63) / 64 <= 65535;
       default:
         return false;
     }
@@ -239,8 +241,8 @@ std::vector<OpKernels> kernel_registry(const KernelChoices* in_force) {
   mm.op = "matmul";
   mm.doc =
       "bf16: the tiling (rows16x32, rows16x16, rows16x32deep: 16 rows a block for decode; "
-      "tile128, tile128k64, tilewg, tilewg2: prefill; tilewg64: 17-64 rows); scaled: the fused decode kernel (T <= 64; fused1-3: other stage "
-      "shapes at T <= 8) or dequant (bf16 scratch + the bf16 tilings). Same bits";
+      "tile128, tile128k64, tilewg, tilewg2: prefill; tilewg64: 17-64 rows); scaled: the fused "
+      "decode kernel (T <= 64; fused1-3: other stage shapes at T <= 8) or dequant (bf16 scratch + the bf16 tilings). Same bits";
   mm.variants = {{"auto", {}},
                  {"rows16x32", {{"tiling", int64_t(MatmulKernel::Rows16x32)}}},
                  {"rows16x16", {{"tiling", int64_t(MatmulKernel::Rows16x16)}}},

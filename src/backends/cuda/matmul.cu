@@ -10,14 +10,15 @@
 // Split-K, fixed by the weight shape alone: K is cut into segments of matmul_kseg(N, K) elements,
 // or of the call's kseg (a recipe's choice for the weight shape; the last segment shorter);
 // c_s is the chain above over segment s (starting from 0), and y = ((c_0 + c_1) + c_2) + ...
-// (f32 adds, segment order). The Tile128 tilings and workspace-less calls fold the segments in registers
-// as they go; with a workspace, the Rows variants give each (tile, segment) its own block (more
+// (f32 adds, segment order). The 128-row tilings and workspace-less calls fold the segments as
+// they go; with a workspace, the Rows variants give each (tile, segment) its own block (more
 // bytes in flight for decode) and the tile's last block to finish adds the stored partials in
 // segment order. Both are the same arithmetic, so the bits do not depend on the mode either.
 //
 // Tilings: the k-stage (BK) and the block shape only decide what sits in shared memory when;
 // they never change the chain. Rows16x* (T padded to 16 rows: the rows past T are zeroed once in
-// shared memory and never loaded) stream W for decode; Tile128 and Tile128K64 reuse tiles for prefill.
+// shared memory and never loaded) stream W for decode; the Tile tilings (mma.sync, and wgmma
+// below) reuse tiles for prefill and serving batches.
 // Decode-sized launches start early (pdl.cuh): their first weight stages are requested before
 // the previous kernel has finished.
 #include <cuda_bf16.h>
