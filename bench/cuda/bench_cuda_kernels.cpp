@@ -215,6 +215,7 @@ void fill_bytes(uint8_t* d, size_t n, uint32_t seed) {
 // (read + write per second); "%4TB": of 4.0 TB/s. The last column: TFLOP/s (2·T·N·K per second).
 // For prefill, "dequant" is dequant_scaled of the whole weight alone (its share of the matmul).
 void bench_scaled() {
+  if (const char* e = std::getenv("BENCH_FRAG_DEPTH")) bc::set_nvfp4_frag_depth(std::atoi(e));
   const double copy_gbs = measure_copy_gbs();
   struct Shape {
     const char* name;
@@ -225,9 +226,11 @@ void bench_scaled() {
     bool bf16;
     bc::ScaledFormat f;
     int64_t B;
+    bool frag = false;  // NVFP4 in the fragment layout (as the backend keeps it)
   };
   const Fmt fmts[] = {{"bf16", true, bc::ScaledFormat::FP8, 0},
                       {"NVFP4", false, bc::ScaledFormat::NVFP4, 0},
+                      {"NVFP4-frag", false, bc::ScaledFormat::NVFP4, 0, true},
                       {"FP8", false, bc::ScaledFormat::FP8, 0},
                       {"FP8-b128", false, bc::ScaledFormat::FP8Blocks, 128}};
   std::printf("\n%-8s %-9s %6s %6s %6s %-8s %10s %8s %6s %6s %8s\n", "shape", "format", "T", "N",
@@ -272,10 +275,25 @@ void bench_scaled() {
         w.scale = 0.01f;
         return w;
       };
-      const size_t scr_bytes = f.bf16 ? 0 : bc::matmul_scaled_scratch_bytes(weight(0));
+      if (f.frag)  // each copy rewritten in place through a temporary
+        for (int c = 0; c < copies; ++c) {
+          const size_t fc = bc::nvfp4_frag_code_bytes(N, K), fsb = bc::nvfp4_frag_scale_bytes(N, K);
+          uint8_t* tmp;
+          CK(cudaMalloc(&tmp, fc + fsb));
+          CK(bc::nvfp4_to_frag(weight(c), tmp, tmp + fc, nullptr));
+          CK(cudaMemcpy(wmem + stride * c, tmp, fc + fsb, cudaMemcpyDeviceToDevice));
+          CK(cudaFree(tmp));
+        }
+      auto weight_f = weight;
+      auto fweight = [&](int c) {
+        bc::ScaledWeight w = weight_f(c);
+        w.frag = f.frag;
+        return w;
+      };
+      const size_t scr_bytes = f.bf16 ? 0 : bc::matmul_scaled_scratch_bytes(fweight(0));
       void* scr = nullptr;
       if (scr_bytes) CK(cudaMalloc(&scr, scr_bytes));
-      for (int64_t T : {1, 16, 64, 512, 2048}) {
+      for (int64_t T : {1, 8, 16, 64, 512, 2048}) {
         uint16_t* x;
         float* y;
         CK(cudaMalloc(&x, size_t(T * K) * 2));
@@ -288,10 +306,10 @@ void bench_scaled() {
           CK(cudaMemset(ws, 0, ws_bytes));
         }
         const bool split = T <= 64 && bc::matmul_kseg(N, K) < K;
-        const bool fused = !f.bf16 && T <= 64 && bc::matmul_scaled_fused_ok(weight(0));
+        const bool fused = !f.bf16 && T <= 64 && bc::matmul_scaled_fused_ok(fweight(0));
         // T = 1: the fused kernel's other stage shapes too (set_matmul_scaled_config).
         if (const char* e = std::getenv("BENCH_T"); e && std::atoll(e) != T) continue;
-        for (int cfg = 0; cfg < (fused && T == 1 && !f.B ? 4 : 1); ++cfg) {
+        for (int cfg = 0; cfg < (fused && T == 1 && !f.B && !f.frag ? 4 : 1); ++cfg) {
           if (const char* e = std::getenv("BENCH_CFG"); e && std::atoi(e) != cfg) continue;
           bc::set_matmul_scaled_config(cfg);
           const double ms = time_ms(
@@ -302,8 +320,9 @@ void bench_scaled() {
                       y, nullptr, bc::MatmulKernel::Auto, split ? ws : nullptr,
                       split ? ws_bytes : 0));
                 else
-                  CK(bc::matmul_scaled(x, T, weight(i % copies), y, nullptr, bc::ScaledKernel::Auto,
-                                       split ? ws : nullptr, split ? ws_bytes : 0, scr, scr_bytes));
+                  CK(bc::matmul_scaled(x, T, fweight(i % copies), y, nullptr,
+                                       bc::ScaledKernel::Auto, split ? ws : nullptr,
+                                       split ? ws_bytes : 0, scr, scr_bytes));
               },
               3, reps(T <= 64 ? 200 : 10));
           const double bytes = double(wbytes) + double(T * K) * 2;
@@ -320,7 +339,7 @@ void bench_scaled() {
         if (!f.bf16 && T == 512 && scr_bytes >= size_t(N * K) * 2) {
           const double dq = time_ms(
               [&](int i) {
-                CK(bc::dequant_scaled(weight(i % copies), 0, N, static_cast<uint16_t*>(scr),
+                CK(bc::dequant_scaled(fweight(i % copies), 0, N, static_cast<uint16_t*>(scr),
                                       nullptr));
               },
               3, reps(20));

@@ -457,6 +457,26 @@ void test_matmul_scaled(bc::ScaledFormat fmt, int64_t N, int64_t K, int64_t B = 
   dinner.poison();
   CK(bc::dequant_scaled(d.w, 0, N, dinner.p, nullptr));
   check(dinner.down() == inner, tag + " dequant_scaled == ref inner values as bf16, bitwise");
+  // NVFP4 in the fragment layout (what the backend keeps): the same inner values, whole and
+  // for a run of rows that starts and ends inside 16-row tiles.
+  const bool frag = fmt == bc::ScaledFormat::NVFP4 && K % 64 == 0;
+  std::unique_ptr<Dev<uint8_t>> fq, fs;
+  bc::ScaledWeight fw = d.w;
+  if (frag) {
+    fq = std::make_unique<Dev<uint8_t>>(bc::nvfp4_frag_code_bytes(N, K));
+    fs = std::make_unique<Dev<uint8_t>>(bc::nvfp4_frag_scale_bytes(N, K));
+    CK(bc::nvfp4_to_frag(d.w, fq->p, fs->p, nullptr));
+    fw.frag = true, fw.data = fq->p, fw.scales = fs->p;
+    dinner.poison();
+    CK(bc::dequant_scaled(fw, 0, N, dinner.p, nullptr));
+    check(dinner.down() == inner, tag + " fragment layout: dequant_scaled == ref inner, bitwise");
+    const int64_t r0 = 5, rn = std::min<int64_t>(37, N - r0);
+    dinner.poison();
+    CK(bc::dequant_scaled(fw, r0, rn, dinner.p, nullptr));
+    const auto part = dinner.down();
+    check(std::equal(part.begin(), part.begin() + rn * K, inner.begin() + r0 * K),
+          tag + " fragment layout: dequant_scaled of rows 5 .. 41 == ref inner, bitwise");
+  }
   dinner.up(inner);
 
   auto x = rand_bf16(size_t(Tmax * K));
@@ -532,19 +552,39 @@ void test_matmul_scaled(bc::ScaledFormat fmt, int64_t N, int64_t K, int64_t B = 
       runs.push_back(
           {bc::ScaledKernel::Dequant, T <= 64, size_t(128 * K * 2), "dequant 128-row blocks"});
     runs.push_back({bc::ScaledKernel::Auto, T <= 64, scr_bytes, "auto"});
-    for (const Run& r : runs) {
-      dy.poison();
-      bc::set_matmul_scaled_config(r.config);
-      CK(bc::matmul_scaled(dx.p, T, d.w, dy.p, nullptr, r.k, r.ws ? ws.p : nullptr,
-                           r.ws ? ws_bytes : 0, r.scratch ? scr.p : nullptr, r.scratch));
-      bc::set_matmul_scaled_config(0);
-      compare(r.name, T);
-    }
+    for (const Run& r : runs)
+      for (int f = 0; f < (frag ? 2 : 1); ++f) {
+        if (f && r.config) continue;  // (the fragment kernel has one shape)
+        dy.poison();
+        bc::set_matmul_scaled_config(r.config);
+        CK(bc::matmul_scaled(dx.p, T, f ? fw : d.w, dy.p, nullptr, r.k, r.ws ? ws.p : nullptr,
+                             r.ws ? ws_bytes : 0, r.scratch ? scr.p : nullptr, r.scratch));
+        bc::set_matmul_scaled_config(0);
+        compare(f ? "fragment layout " + r.name : r.name, T);
+      }
+  }
+  if (frag) {  // every T of the fragment kernel's four token tilings, split and folded
+    int bad = 0;
+    for (int64_t T = 1; T <= 64; ++T)
+      for (bool use_ws : {false, true}) {
+        dy.poison();
+        CK(bc::matmul_scaled(dx.p, T, fw, dy.p, nullptr, bc::ScaledKernel::Fused,
+                             use_ws ? ws.p : nullptr, use_ws ? ws_bytes : 0));
+        const auto got = dy.down();
+        bad += std::memcmp(got.data(), want.data(), size_t(T * N) * 4) != 0;
+      }
+    check(bad == 0, tag +
+                        " fragment layout fused, T = 1 .. 64, with and without the workspace, "
+                        "== matmul_bf16(inner) · factor bitwise (" +
+                        std::to_string(bad) + " of 128 differ)");
   }
   if (fused_ok) {  // run-to-run, split mode (counters left at zero)
-    CK(bc::matmul_scaled(dx.p, 7, d.w, dy.p, nullptr, bc::ScaledKernel::Fused, ws.p, ws_bytes));
-    CK(bc::matmul_scaled(dx.p, 7, d.w, dy.p, nullptr, bc::ScaledKernel::Fused, ws.p, ws_bytes));
-    compare("fused split-K, third run", 7);
+    for (int f = 0; f < (frag ? 2 : 1); ++f) {
+      const bc::ScaledWeight& w = f ? fw : d.w;
+      CK(bc::matmul_scaled(dx.p, 7, w, dy.p, nullptr, bc::ScaledKernel::Fused, ws.p, ws_bytes));
+      CK(bc::matmul_scaled(dx.p, 7, w, dy.p, nullptr, bc::ScaledKernel::Fused, ws.p, ws_bytes));
+      compare(f ? "fragment layout fused split-K, third run" : "fused split-K, third run", 7);
+    }
   }
 }
 
@@ -599,6 +639,16 @@ void test_matmul_scaled_known() {
     want[2 * N + 2] = 0.5f * (-6.0f + 2.0f * 6.0f);     // row 2: (-3·2) + 2·(3·2)
     want[3 * N + 3] = 0.5f * 0.5f * 0x1p-9f;            // row 3: 0.5 · 2^-9
     run_all(w, want, "matmul_scaled NVFP4");
+    // The fragment layout, with row 1's group 0 scale negative (-1.0, 0xB8): its codes' signs
+    // flip, so row 1 becomes +0.25, +0.5.
+    s[size_t(K / 16)] = 0xB8;
+    ds.up(s);
+    want[0 * N + 1] = 0.25f, want[1 * N + 1] = 0.5f;
+    Dev<uint8_t> fq(bc::nvfp4_frag_code_bytes(N, K)), fs(bc::nvfp4_frag_scale_bytes(N, K));
+    CK(bc::nvfp4_to_frag(w, fq.p, fs.p, nullptr));
+    bc::ScaledWeight fw = w;
+    fw.frag = true, fw.data = fq.p, fw.scales = fs.p;
+    run_all(fw, want, "matmul_scaled NVFP4 fragment layout");
   }
   // FP8 codes: row 0 k0 1.0 (0x38), k1 -2.0 (0xC0); row 1 k1 2^-9 (0x01); row 2 k16 3.5 (0x46),
   // k17 -0.8125 (0xB5); row 3 k63 448 (0x7E).

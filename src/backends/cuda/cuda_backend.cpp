@@ -9,7 +9,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "backends/cuda/cublas.h"
@@ -193,6 +195,22 @@ class CudaBackend final : public Backend {
       upload(ds, w.scales, sc_bytes);
       d.scales = ds;
     }
+    // BASALT_CUDA_NVFP4_FRAG=1: NVFP4 with K % 64 == 0 is kept in the fragment layout
+    // (kernels.h nvfp4_to_frag), whose decode kernel streams codes straight into registers.
+    // Same bits; opt-in because it is slower on most llama-3.1-8b shapes so far (docs/cuda.md).
+    if (w.dtype == DType::NVFP4 && w.cols % 64 == 0 && frag_enabled()) {
+      ScaledWeight cw = scaled_weight(d);
+      void* fc = alloc(nvfp4_frag_code_bytes(w.rows, w.cols));
+      void* fs = alloc(nvfp4_frag_scale_bytes(w.rows, w.cols));
+      check(nvfp4_to_frag(cw, static_cast<uint8_t*>(fc), static_cast<uint8_t*>(fs), stream_),
+            "nvfp4_to_frag");
+      check(cudaStreamSynchronize(stream_), "nvfp4_to_frag");
+      dealloc(dd);
+      if (d.scales) dealloc(const_cast<void*>(d.scales));
+      d.data = fc;
+      d.scales = fs;
+      frag_.insert(fc);
+    }
     const ScaledWeight sw = scaled_weight(d);
     if (!matmul_scaled_fused_ok(sw))
       spdlog::info(
@@ -204,8 +222,16 @@ class CudaBackend final : public Backend {
           w.dtype == DType::F8_E4M3 && w.scales && w.scale_block ? " and B % 128 == 0" : "");
     return d;
   }
-  static ScaledWeight scaled_weight(const WeightRef& w) {
+  static bool frag_enabled() {
+    static const bool on = [] {
+      const char* e = std::getenv("BASALT_CUDA_NVFP4_FRAG");
+      return e && std::string(e) == "1";
+    }();
+    return on;
+  }
+  ScaledWeight scaled_weight(const WeightRef& w) const {
     ScaledWeight s;
+    s.frag = frag_.count(w.data) > 0;
     s.format = w.dtype == DType::NVFP4 ? ScaledFormat::NVFP4
                : !w.scales             ? ScaledFormat::FP8
                : w.scale_block == 0    ? ScaledFormat::FP8Rows
@@ -729,6 +755,7 @@ class CudaBackend final : public Backend {
   void* mm_ws_ = nullptr;
   size_t mm_ws_bytes_ = 0;
   void* deq_ = nullptr;  // matmul_scaled's dequant scratch (bf16 inner values)
+  std::unordered_set<const void*> frag_;  // NVFP4 codes kept in the fragment layout
   size_t deq_bytes_ = 0;
   void *gdn_ws_ = nullptr, *moe_ws_ = nullptr;
   size_t gdn_ws_bytes_ = 0, moe_ws_bytes_ = 0;

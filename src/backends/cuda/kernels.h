@@ -138,6 +138,7 @@ struct ScaledWeight {
   float scale = 1.0f;             // the per-tensor scale
   int64_t N = 0, K = 0;
   int64_t block = 0;  // FP8Blocks: B
+  bool frag = false;  // NVFP4 only: codes and scales in the fragment layout (nvfp4_to_frag)
 };
 enum class ScaledKernel : uint8_t {
   Auto,     // Fused when T <= 64 and matmul_scaled_fused_ok, else Dequant
@@ -174,6 +175,18 @@ struct FusedStages {
 };
 FusedStages matmul_scaled_fused_stages(const ScaledWeight& w, int64_t T, int64_t kseg = 0,
                                        int config = -1);
+// NVFP4 in the fragment layout (matmul.cu describes it): what the CUDA backend keeps for NVFP4
+// weights with K % 64 == 0 under BASALT_CUDA_NVFP4_FRAG=1 (opt-in: slower than the checkpoint
+// layout's kernel on most shapes so far, docs/cuda.md). Its fused kernel streams each lane's
+// codes straight into registers (T <= 64); the dequant path reads it too. Same bits as the
+// checkpoint layout on every path. nvfp4_to_frag writes w's codes and scales (checkpoint layout,
+// K % 64 == 0) in that layout into `codes` (16-byte aligned, nvfp4_frag_code_bytes) and `scales`
+// (4-byte aligned, nvfp4_frag_scale_bytes); the result is w with frag = true and those pointers.
+size_t nvfp4_frag_code_bytes(int64_t N, int64_t K);
+size_t nvfp4_frag_scale_bytes(int64_t N, int64_t K);
+cudaError_t nvfp4_to_frag(const ScaledWeight& w, uint8_t* codes, uint8_t* scales, cudaStream_t s);
+// Benchmarks only: the fragment kernel's chunks in flight a lane (4, 8 or 16; 0: the default).
+void set_nvfp4_frag_depth(int depth);
 // out[r, :] = the inner values of weight row row0 + r as bf16 (out [rows, K], 16-byte aligned).
 cudaError_t dequant_scaled(const ScaledWeight& w, int64_t row0, int64_t rows, bf16_bits* out,
                            cudaStream_t s);

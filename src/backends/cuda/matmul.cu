@@ -1379,6 +1379,378 @@ __global__ void __launch_bounds__(256) dequant_scaled_kernel(const DqArgs a) {
   *reinterpret_cast<uint4*>(a.out + size_t(r) * a.K + k) = make_uint4(o[0], o[1], o[2], o[3]);
 }
 
+// --- NVFP4 in the fragment layout: the decode kernel streams codes straight into registers ---
+//
+// Layout (nvfp4_to_frag; K % 64 == 0): weight rows in tiles of 16 (the last padded with zero
+// codes and scales), K in chunks of 64 (four k16 slices).
+//   codes  [tile][chunk][lane 0..31][4 words]: word s of lane (g = lane / 4, q = lane % 4) holds
+//          the checkpoint code bytes of slice s that lane's mma A fragment takes, in register
+//          order: row g byte q of the slice (elements 2q, 2q + 1), row g + 8 byte q, row g byte
+//          q + 4 (elements 8 + 2q, 9 + 2q), row g + 8 byte q + 4.
+//   scales [tile][chunk][row 0..15]: 4 bytes, the row's group scales of the chunk's slices.
+// A negative group scale gives its sign to its 16 codes (both nibbles' sign bits flipped:
+// (−v)·|S| = v·S, zeros' signs included), so no stored scale has its sign bit set. A warp reads
+// its tile as one contiguous run: 512 bytes of codes and 64 of scales a chunk.
+//
+// The kernel puts the weights in the mma's A operand (16 weight rows) and x in B (8 tokens a
+// tile): the same products at the same k positions as matmul_bf16's chain, which puts x in A.
+// The bits are the same (tests/gpu: every T of 1 .. 64 against matmul_bf16(inner) · factor,
+// bitwise; bench/cuda/wgmma_probe found the same for wgmma with either operand order). A warp owns
+// one 16-row tile and runs its chain over the block's k range; each lane keeps kFragDepth chunks of
+// codes and scales in flight in registers (no shared-memory copy of the weights), decodes a code
+// byte with one prmt (its table address) and one shared load from a 256-entry table of bf16x2 pairs
+// (a copy per lane: a warp's 32 lookups never share a bank), and multiplies by the group scale
+// (bf16x2, exact). x is staged in shared memory in fragment order, phase by phase (kFragXBytes).
+// Segments: as the fused kernel (split blocks with the workspace, else folded in registers).
+constexpr int kFragLut = 256 * 256;  // entry e (a code byte) at e·256 + lane·4
+constexpr int kFragXBytes = 40960;   // x's staging: T rows × 160 bytes a chunk
+constexpr int kFragDepth = 8;        // chunks of codes in flight a lane (the default)
+int g_frag_depth = 0;                // set_nvfp4_frag_depth (benchmarks only): 4, 8 or 16
+
+__device__ __forceinline__ uint4 ld_stream16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint32_t ld_stream4(const void* p) {
+  uint32_t v;
+  asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
+  return v;
+}
+
+struct FragArgs {
+  const __nv_bfloat16* x = nullptr;
+  const uint8_t* codes = nullptr;
+  const uint8_t* scales = nullptr;
+  Epi epi;
+  int T = 0, N = 0, K = 0;
+  int tiles = 0, nc = 0;  // 16-row tiles, 64-k chunks
+  int seg_chunks = 0;     // chunks a segment
+  int nw = 0;             // warps (tiles) a block
+  int pc = 0;             // chunks a phase of x's staging
+  float* y = nullptr;
+  float* part = nullptr;
+  int* counters = nullptr;
+};
+
+// One thread per (tile, chunk, lane): its 16 bytes of codes; lanes 0..15 also row `lane`'s
+// scale word.
+__global__ void __launch_bounds__(256)
+    nvfp4_to_frag_kernel(const uint8_t* __restrict__ q, const uint8_t* __restrict__ sc, int64_t N,
+                         int64_t K, int64_t items, uint8_t* __restrict__ codes,
+                         uint8_t* __restrict__ scales) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= items) return;
+  const int64_t nc = K / 64, G = K / 16;
+  const int lane = int(idx % 32);
+  const int64_t tc = idx / 32, t = tc / nc, c = tc % nc;
+  const int g = lane >> 2, qd = lane & 3;
+  auto scale = [&](int64_t r, int64_t grp) -> uint32_t { return r < N ? sc[r * G + grp] : 0u; };
+  auto code = [&](int64_t r, int64_t grp, int b) -> uint32_t {
+    if (r >= N) return 0u;
+    const uint32_t v = q[r * (K / 2) + grp * 8 + b];
+    return scale(r, grp) & 0x80u ? v ^ 0x88u : v;
+  };
+  const int64_t rg = 16 * t + g, rh = rg + 8;
+  uint32_t w[4];
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    const int64_t grp = 4 * c + s;
+    w[s] = code(rg, grp, qd) | code(rh, grp, qd) << 8 | code(rg, grp, qd + 4) << 16 |
+           code(rh, grp, qd + 4) << 24;
+  }
+  reinterpret_cast<uint4*>(codes)[idx] = make_uint4(w[0], w[1], w[2], w[3]);
+  if (lane < 16) {
+    const int64_t r = 16 * t + lane;
+    uint32_t v = 0;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) v |= (scale(r, 4 * c + s) & 0x7Fu) << (8 * s);
+    reinterpret_cast<uint32_t*>(scales)[tc * 16 + lane] = v;
+  }
+}
+
+// Inner values of rows [row0, row0 + rows) from the fragment layout: a warp per (tile, chunk) of
+// the tiles those rows touch; each lane converts its fragment (the conversions of the kernel's
+// table), the warp transposes the 16 × 64 block through shared memory (rows of 36 words: the
+// lanes' stores hit 32 different banks) and writes whole 128-byte row pieces.
+__global__ void __launch_bounds__(256)
+    dequant_frag_kernel(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales,
+                        int64_t K, int64_t t0, int64_t items, int64_t row0, int64_t rows,
+                        __nv_bfloat16* __restrict__ out) {
+  constexpr int kLd = 36;  // words a staged row
+  __shared__ __align__(16) uint32_t st[8][16 * kLd];
+  pdl_trigger();
+  const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
+  const int64_t item = int64_t(blockIdx.x) * 8 + warp;
+  if (item >= items) return;
+  const int64_t nc = K / 64;
+  const int64_t tc = item + t0 * nc, t = tc / nc, c = tc % nc;
+  const int g = lane >> 2, qd = lane & 3;
+  const uint4 cw = reinterpret_cast<const uint4*>(codes)[tc * 32 + lane];
+  const uint32_t* sw = reinterpret_cast<const uint32_t*>(scales) + tc * 16;
+  const uint32_t s0 = sw[g], s1 = sw[g + 8];
+  const uint32_t wv[4] = {cw.x, cw.y, cw.z, cw.w};
+  uint32_t* const sb = st[warp];
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    const uint32_t sg = (s0 >> (8 * s)) & 0xFFu, sh = (s1 >> (8 * s)) & 0xFFu;
+    const uint32_t Sg = e4m3x2_bf16x2(sg | sg << 16), Sh = e4m3x2_bf16x2(sh | sh << 16);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)  // byte i: row g (+8 for odd i), words 8s + q (+4 for i >= 2)
+      sb[(g + 8 * (i & 1)) * kLd + 8 * s + 4 * (i >> 1) + qd] =
+          bf16x2_mul(e2m1x2_bf16x2((wv[s] >> (8 * i)) & 0xFFu), i & 1 ? Sh : Sg);
+  }
+  __syncwarp();
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {  // rows lane / 8 + 4i, 16 bytes at (lane % 8) · 16
+    const int r = lane / 8 + 4 * i, w = (lane % 8) * 4;
+    const int64_t orow = 16 * t + r - row0;
+    if (orow < 0 || orow >= rows) continue;
+    *reinterpret_cast<uint4*>(out + orow * K + 64 * c + 2 * w) =
+        *reinterpret_cast<const uint4*>(sb + r * kLd + w);
+  }
+}
+
+template <int NTOK, int D>
+__global__ void __launch_bounds__(NTOK <= 2 ? 512 : 256) matmul_frag_kernel(const FragArgs a) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int T = a.T, N = a.N, K = a.K;
+  const int tid = threadIdx.x, nthreads = blockDim.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, qd = lane & 3;
+  const int tile = int(blockIdx.x) * a.nw + warp;
+  const bool live = tile < a.tiles;  // (idle warps still take part in the block's barriers)
+  const bool split = gridDim.y > 1;
+  const int c0 = split ? int(blockIdx.y) * a.seg_chunks : 0;
+  const int n = split ? min(a.seg_chunks, a.nc - c0) : a.nc;
+  const size_t tc0 = size_t(live ? tile : 0) * size_t(a.nc) + size_t(c0);
+  const uint8_t* const cp = a.codes + (tc0 * 32 + size_t(lane)) * 16;
+  const uint8_t* const sp = a.scales + (tc0 * 16 + size_t(g)) * 4;
+
+  uint4 cw[D];
+  uint32_t sg[D], sh[D];
+  const uint8_t* cnext = cp;  // the next chunk to request
+  const uint8_t* snext = sp;
+  // Always a load (past the range: the first chunk again, never used), so the data lands in
+  // cw[u] itself: a conditional load made the compiler move it into place right after issuing
+  // it, waiting out the memory latency there.
+  auto load = [&](int u, bool real) {
+    cw[u] = ld_stream16(real ? cnext : cp);
+    sg[u] = ld_stream4(real ? snext : sp);
+    sh[u] = ld_stream4((real ? snext : sp) + 32);
+    cnext += 512, snext += 64;
+  };
+  pdl_trigger();
+  if (live) {
+#pragma unroll
+    for (int u = 0; u < D; ++u) load(u, u < n);
+  }
+  // The table (while the first codes are in flight) and, in row 0's unused half, a zero record
+  // of x for the lanes whose token is past T; the first phase's barrier publishes both.
+  for (int c = tid; c < 256 * 8; c += nthreads) {
+    const uint32_t v = e2m1x2_bf16x2(uint32_t(c >> 3));
+    *reinterpret_cast<uint4*>(smem_raw + (c >> 3) * 256 + (c & 7) * 16) = make_uint4(v, v, v, v);
+  }
+  if (tid < 8) reinterpret_cast<uint4*>(smem_raw + 128)[tid] = make_uint4(0, 0, 0, 0);
+  pdl_wait();
+
+  unsigned char* const xs = smem_raw + kFragLut;
+  // x for chunks [i0, i0 + cnt) of the block's range, in fragment order: record (chunk cl,
+  // token, q) of 40 bytes (a 64-bit load by 32 lanes of consecutive records takes the minimum
+  // two wavefronts) holds, at word 2s + h, the pair at k = 64 cl + 16 s + 8 h + 2 q.
+  auto stage_x = [&](int i0, int cnt) {
+    const int pieces = T * cnt * 8;
+    for (int p = tid; p < pieces; p += nthreads) {
+      const int tok = p / (cnt * 8), r = p - tok * cnt * 8, cl = r >> 3, m = r & 7;
+      const uint4 v = *reinterpret_cast<const uint4*>(a.x + size_t(tok) * K +
+                                                      size_t(c0 + i0 + cl) * 64 + m * 8);
+      uint32_t* rec = reinterpret_cast<uint32_t*>(xs + size_t(cl * T + tok) * 160) + m;
+      rec[0] = v.x, rec[10] = v.y, rec[20] = v.z, rec[30] = v.w;
+    }
+  };
+
+  float acc[NTOK][4], tot[NTOK][4];
+#pragma unroll
+  for (int j = 0; j < NTOK; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = tot[j][e] = 0.0f;
+  const uint32_t lane4 = uint32_t(lane) * 4;
+  int phase_end = 0, seg_left = a.seg_chunks;
+  bool first_seg = true;
+  // This lane's x records: token 8j + g of the phase's first chunk (advanced a chunk at a time),
+  // or the zero record.
+  const unsigned char* xp[NTOK];
+  const size_t xstep = size_t(T) * 160;
+
+  for (int i0 = 0; i0 < n; i0 += D) {
+#pragma unroll
+    for (int u = 0; u < D; ++u) {
+      const int i = i0 + u;
+      if (i >= n) break;
+      if (i == phase_end) {  // (uniform over the block)
+        __syncthreads();
+        phase_end = min(n, i + a.pc);
+        stage_x(i, phase_end - i);
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < NTOK; ++j)
+          xp[j] = 8 * j + g < T ? xs + size_t(8 * j + g) * 160 + qd * 40 : smem_raw + 128;
+      }
+      if (live) {
+        const uint32_t wv[4] = {cw[u].x, cw[u].y, cw[u].z, cw[u].w};
+        const uint32_t s0 = sg[u], s1 = sh[u];
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+          // (S_g, S_g+8) from bytes s of the two scale words (sign bits clear: the replicated
+          // sign bytes are zero), then each duplicated.
+          const uint32_t sel =
+              uint32_t(s) | uint32_t(s + 8) << 4 | uint32_t(s + 4) << 8 | uint32_t(s + 12) << 12;
+          const uint32_t S = bf16x2_mul(prmt(s0, s1, sel) << 4, 0x7B807B80u);
+          const uint32_t Sg = prmt(S, 0u, 0x1010u), Sh = prmt(S, 0u, 0x3232u);
+          uint32_t af[4];
+#pragma unroll
+          for (int b = 0; b < 4; ++b)
+            af[b] = lds32(smem_raw + prmt(wv[s], lane4, 0x5504u | uint32_t(b) << 4));
+          af[0] = bf16x2_mul(af[0], Sg), af[1] = bf16x2_mul(af[1], Sh);
+          af[2] = bf16x2_mul(af[2], Sg), af[3] = bf16x2_mul(af[3], Sh);
+#pragma unroll
+          for (int j = 0; j < NTOK; ++j) {
+            const uint2 b = *reinterpret_cast<const uint2*>(xp[j] + 8 * s);
+            mma_bf16(acc[j], af, b.x, b.y);
+          }
+        }
+        load(u, i + D < n);  // chunk i + D into the registers just used
+      }
+#pragma unroll
+      for (int j = 0; j < NTOK; ++j)
+        if (8 * j + g < T) xp[j] += xstep;
+      // End of a segment (folding mode): tot = c_0, then tot = tot + c_s; acc restarts.
+      if (!split && (--seg_left == 0 || i + 1 == n)) {
+#pragma unroll
+        for (int j = 0; j < NTOK; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            tot[j][e] = first_seg ? acc[j][e] : __fadd_rn(tot[j][e], acc[j][e]);
+            acc[j][e] = 0.0f;
+          }
+        first_seg = false;
+        seg_left = a.seg_chunks;
+      }
+    }
+  }
+
+  // acc / tot element (j, e): weight row 16·tile + g (+8 for e >= 2), token 8j + 2q + (e & 1);
+  // each(f) calls f(j, e, offset in [T, N], column) for this lane's elements inside y.
+  auto each = [&](auto&& f) {
+    if (!live) return;
+#pragma unroll
+    for (int j = 0; j < NTOK; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = 8 * j + 2 * qd + (e & 1), c = 16 * tile + g + 8 * (e >> 1);
+        if (r < T && c < N) f(j, e, size_t(r) * N + c, c);
+      }
+  };
+  if (split) {  // this segment's partial; the block's last arrival adds them in order
+    float* p = a.part + size_t(blockIdx.y) * size_t(T) * N;
+    each([&](int j, int e, size_t o, int) { p[o] = acc[j][e]; });
+    __threadfence();
+    __syncthreads();
+    __shared__ int is_last;
+    if (tid == 0) is_last = atomicAdd(&a.counters[blockIdx.x], 1) == int(gridDim.y) - 1;
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    each([&](int j, int e, size_t o, int) {
+      float v = __ldcg(a.part + o);
+      for (int z = 1; z < int(gridDim.y); ++z)
+        v = __fadd_rn(v, __ldcg(a.part + size_t(z) * size_t(T) * N + o));
+      tot[j][e] = v;
+    });
+    if (tid == 0) a.counters[blockIdx.x] = 0;
+  }
+  each([&](int j, int e, size_t o, int c) { a.y[o] = __fmul_rn(epi_factor(a.epi, c), tot[j][e]); });
+}
+
+int sm_count() {
+  static int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v <= 0)
+      return 132;
+    return v;
+  }();
+  return n;
+}
+
+template <int NTOK, int D>
+cudaError_t launch_frag_d(FragArgs a, int segs, bool split, cudaStream_t s) {
+  auto* kern = matmul_frag_kernel<NTOK, D>;
+  if (const cudaError_t e = allow_smem<matmul_frag_kernel<NTOK, D>>(kFragLut + kFragXBytes);
+      e != cudaSuccess)
+    return e;
+  // Warps a block: the count that puts the fewest tiles on the busiest SM (blocks spread over
+  // the SMs, as many an SM as shared memory allows), e.g. 7 for 896 tiles on 132 SMs.
+  const int sms = sm_count(), grid_y = split ? segs : 1;
+  const int chunks = split ? a.seg_chunks : a.nc;
+  a.pc = std::max(1, std::min(chunks, kFragXBytes / (a.T * 160)));
+  const size_t smem = size_t(kFragLut) + size_t(a.pc) * size_t(a.T) * 160;
+  const int per_sm_smem = int((227 * 1024) / (smem + 1024));
+  static const int regs = [] {
+    cudaFuncAttributes fa{};
+    return cudaFuncGetAttributes(&fa, matmul_frag_kernel<NTOK, D>) == cudaSuccess && fa.numRegs > 0
+               ? fa.numRegs
+               : 128;
+  }();
+  const int max_nw = NTOK <= 2 ? 16 : 8;
+  int best = 4;
+  int64_t best_cost = INT64_MAX;
+  for (int nw = 4; nw <= max_nw; ++nw) {
+    const int64_t blocks = (a.tiles + nw - 1) / nw * int64_t(grid_y);
+    const int64_t per_sm =
+        std::min<int64_t>({per_sm_smem, 64 / nw, 65536 / (int64_t(nw) * 32 * regs)});
+    if (per_sm < 1) continue;
+    const int64_t waves = (blocks + sms * per_sm - 1) / (sms * per_sm);
+    const int64_t cost = ((blocks + sms - 1) / sms) * nw + waves * 1000;
+    if (cost < best_cost) best_cost = cost, best = nw;
+  }
+  a.nw = best;
+  const dim3 grid(unsigned((a.tiles + best - 1) / best), unsigned(grid_y));
+  return launch_pdl(kern, grid, dim3(32 * best), smem, s, true, a);
+}
+
+template <int NTOK>
+cudaError_t launch_frag_t(const FragArgs& a, int segs, bool split, cudaStream_t s) {
+  switch (g_frag_depth ? g_frag_depth : kFragDepth) {
+    case 4:
+      return launch_frag_d<NTOK, 4>(a, segs, split, s);
+    case 16:
+      return launch_frag_d<NTOK, 16>(a, segs, split, s);
+    default:
+      return launch_frag_d<NTOK, 8>(a, segs, split, s);
+  }
+}
+
+cudaError_t launch_frag(const ScaledWeight& w, const bf16_bits* x, int T, float* y, const Epi& epi,
+                        int64_t kseg, cudaStream_t s, void* ws, size_t ws_bytes) {
+  FragArgs a;
+  a.x = reinterpret_cast<const __nv_bfloat16*>(x);
+  a.codes = w.data, a.scales = static_cast<const uint8_t*>(w.scales), a.epi = epi;
+  a.T = T, a.N = int(w.N), a.K = int(w.K);
+  a.tiles = int((w.N + 15) / 16), a.nc = int(w.K / 64);
+  const int segs = int((w.K + kseg - 1) / kseg);
+  a.seg_chunks = segs == 1 ? a.nc : int(kseg / 64);
+  const bool split = segs > 1 && ws && ws_bytes >= workspace_bytes_kseg(T, w.N, w.K, kseg);
+  a.counters = static_cast<int*>(ws);
+  a.part = split ? reinterpret_cast<float*>(static_cast<char*>(ws) + counter_bytes()) : nullptr;
+  a.y = y;
+  if (T <= 8) return launch_frag_t<1>(a, segs, split, s);
+  if (T <= 16) return launch_frag_t<2>(a, segs, split, s);
+  if (T <= 32) return launch_frag_t<4>(a, segs, split, s);
+  return launch_frag_t<8>(a, segs, split, s);
+}
+
 SFmt sfmt(ScaledFormat f) {
   return f == ScaledFormat::NVFP4       ? SFmt::NVFP4
          : f == ScaledFormat::FP8Blocks ? SFmt::FP8B
@@ -1386,10 +1758,11 @@ SFmt sfmt(ScaledFormat f) {
 }
 
 bool scaled_args_ok(const ScaledWeight& w) {
+  if (w.frag && w.format != ScaledFormat::NVFP4) return false;
   if (w.N <= 0 || w.K <= 0 || w.N > 0x7fffffff || w.K > 0x7fffffff || !w.data) return false;
   switch (w.format) {
     case ScaledFormat::NVFP4:
-      return w.K % 16 == 0 && w.scales;
+      return w.K % (w.frag ? 64 : 16) == 0 && w.scales;
     case ScaledFormat::FP8:
       return w.K % 8 == 0;
     case ScaledFormat::FP8Rows:
@@ -1411,12 +1784,14 @@ void set_matmul_scaled_config(int config) {
 FusedStages matmul_scaled_fused_stages(const ScaledWeight& w, int64_t T, int64_t kseg, int config) {
   kseg = resolve_kseg(w.N, w.K, kseg);
   if (T < 1 || T > 64 || w.K <= 0 || kseg <= 0 || config < -1 || config > 3) return {};
+  if (w.frag) return {64, kFragDepth};  // one shape: the configs are all the same kernel
   return fused_stages(sfmt(w.format), int(T), w.K, kseg, config < 0 ? g_scaled_config : config);
 }
 
 bool matmul_scaled_fused_ok(const ScaledWeight& w) {
   if (!scaled_args_ok(w) || reinterpret_cast<uintptr_t>(w.data) % 16) return false;
   if ((w.N + kSBN - 1) / kSBN > 0x7fffffff) return false;
+  if (w.frag) return reinterpret_cast<uintptr_t>(w.scales) % 4 == 0;  // (K % 64 == 0: args_ok)
   switch (w.format) {
     case ScaledFormat::NVFP4:
       return w.K % 64 == 0 && reinterpret_cast<uintptr_t>(w.scales) % 4 == 0;
@@ -1439,6 +1814,14 @@ cudaError_t dequant_scaled(const ScaledWeight& w, int64_t row0, int64_t rows, bf
       reinterpret_cast<uintptr_t>(w.data) % (w.format == ScaledFormat::NVFP4 ? 4 : 8))
     return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
+  if (w.frag) {  // the tiles the rows touch, all their chunks
+    const int64_t t0 = row0 / 16, t1 = (row0 + rows + 15) / 16;
+    const int64_t items = (t1 - t0) * (w.K / 64);  // warps
+    dequant_frag_kernel<<<unsigned((items + 7) / 8), 256, 0, s>>>(
+        w.data, static_cast<const uint8_t*>(w.scales), w.K, t0, items, row0, rows,
+        reinterpret_cast<__nv_bfloat16*>(out));
+    return cudaGetLastError();
+  }
   DqArgs a;
   a.q = w.data, a.sc = w.scales, a.fmt = sfmt(w.format), a.K = int(w.K);
   a.blk = int(w.block), a.kb = w.block > 0 ? int((w.K + w.block - 1) / w.block) : 0;
@@ -1471,6 +1854,8 @@ cudaError_t matmul_scaled(const bf16_bits* x, int64_t T, const ScaledWeight& w, 
   epi.rows = w.format == ScaledFormat::FP8Rows ? static_cast<const float*>(w.scales) : nullptr;
   epi.scale = w.scale;
   epi.on = 1;
+  if (kernel == ScaledKernel::Fused && w.frag)
+    return launch_frag(w, x, int(T), y, epi, kseg, s, workspace, workspace_bytes);
   if (kernel == ScaledKernel::Fused) {
     ScaledArgs a;
     a.x = reinterpret_cast<const __nv_bfloat16*>(x);
@@ -1502,6 +1887,25 @@ cudaError_t matmul_scaled(const bf16_bits* x, int64_t T, const ScaledWeight& w, 
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
+}
+
+void set_nvfp4_frag_depth(int depth) {
+  g_frag_depth = depth;
+}
+size_t nvfp4_frag_code_bytes(int64_t N, int64_t K) {
+  return size_t((N + 15) / 16) * 16 * size_t(K / 2);
+}
+size_t nvfp4_frag_scale_bytes(int64_t N, int64_t K) {
+  return size_t((N + 15) / 16) * 16 * size_t(K / 16);
+}
+cudaError_t nvfp4_to_frag(const ScaledWeight& w, uint8_t* codes, uint8_t* scales, cudaStream_t s) {
+  if (w.format != ScaledFormat::NVFP4 || w.frag || !scaled_args_ok(w) || w.K % 64 || !codes ||
+      !scales || reinterpret_cast<uintptr_t>(codes) % 16 || reinterpret_cast<uintptr_t>(scales) % 4)
+    return cudaErrorInvalidValue;
+  const int64_t items = (w.N + 15) / 16 * (w.K / 64) * 32;
+  nvfp4_to_frag_kernel<<<unsigned((items + 255) / 256), 256, 0, s>>>(
+      w.data, static_cast<const uint8_t*>(w.scales), w.N, w.K, items, codes, scales);
+  return cudaGetLastError();
 }
 
 }  // namespace basalt::cuda
