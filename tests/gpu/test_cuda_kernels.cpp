@@ -1788,6 +1788,8 @@ int main() {
     test_matmul_scaled(f, 4096, 14336);  // 7 segments of 2048
     test_matmul_scaled(f, 70000, 1024);  // LM-head-like: N > 65536, one segment
   }
+  // NVFP4 fragment layout: a partial 16-row tile and a short last segment (512, 512, 128).
+  test_matmul_scaled(bc::ScaledFormat::NVFP4, 1003, 1152);
   test_matmul_scaled(bc::ScaledFormat::FP8Blocks, 4096, 4096, 128);
   test_matmul_scaled(bc::ScaledFormat::FP8Blocks, 1000, 4160, 128);  // partial edge blocks
   test_matmul_scaled(bc::ScaledFormat::FP8Blocks, 4096, 14336, 128);
