@@ -273,24 +273,21 @@ void bench_scaled() {
         w.format = f.f, w.data = wmem + stride * c, w.N = N, w.K = K, w.block = f.B;
         w.scales = sc_bytes ? wmem + stride * c + code_bytes : nullptr;
         w.scale = 0.01f;
+        w.frag = f.frag;
         return w;
       };
-      if (f.frag)  // each copy rewritten in place through a temporary
+      if (f.frag)  // each copy rewritten in place (N % 16 == 0: the same size) through a temporary
         for (int c = 0; c < copies; ++c) {
           const size_t fc = bc::nvfp4_frag_code_bytes(N, K), fsb = bc::nvfp4_frag_scale_bytes(N, K);
           uint8_t* tmp;
           CK(cudaMalloc(&tmp, fc + fsb));
-          CK(bc::nvfp4_to_frag(weight(c), tmp, tmp + fc, nullptr));
+          bc::ScaledWeight src = weight(c);
+          src.frag = false;
+          CK(bc::nvfp4_to_frag(src, tmp, tmp + fc, nullptr));
           CK(cudaMemcpy(wmem + stride * c, tmp, fc + fsb, cudaMemcpyDeviceToDevice));
           CK(cudaFree(tmp));
         }
-      auto weight_f = weight;
-      auto fweight = [&](int c) {
-        bc::ScaledWeight w = weight_f(c);
-        w.frag = f.frag;
-        return w;
-      };
-      const size_t scr_bytes = f.bf16 ? 0 : bc::matmul_scaled_scratch_bytes(fweight(0));
+      const size_t scr_bytes = f.bf16 ? 0 : bc::matmul_scaled_scratch_bytes(weight(0));
       void* scr = nullptr;
       if (scr_bytes) CK(cudaMalloc(&scr, scr_bytes));
       for (int64_t T : {1, 8, 16, 64, 512, 2048}) {
@@ -306,7 +303,7 @@ void bench_scaled() {
           CK(cudaMemset(ws, 0, ws_bytes));
         }
         const bool split = T <= 64 && bc::matmul_kseg(N, K) < K;
-        const bool fused = !f.bf16 && T <= 64 && bc::matmul_scaled_fused_ok(fweight(0));
+        const bool fused = !f.bf16 && T <= 64 && bc::matmul_scaled_fused_ok(weight(0));
         // T = 1: the fused kernel's other stage shapes too (set_matmul_scaled_config).
         if (const char* e = std::getenv("BENCH_T"); e && std::atoll(e) != T) continue;
         for (int cfg = 0; cfg < (fused && T == 1 && !f.B && !f.frag ? 4 : 1); ++cfg) {
@@ -320,9 +317,8 @@ void bench_scaled() {
                       y, nullptr, bc::MatmulKernel::Auto, split ? ws : nullptr,
                       split ? ws_bytes : 0));
                 else
-                  CK(bc::matmul_scaled(x, T, fweight(i % copies), y, nullptr,
-                                       bc::ScaledKernel::Auto, split ? ws : nullptr,
-                                       split ? ws_bytes : 0, scr, scr_bytes));
+                  CK(bc::matmul_scaled(x, T, weight(i % copies), y, nullptr, bc::ScaledKernel::Auto,
+                                       split ? ws : nullptr, split ? ws_bytes : 0, scr, scr_bytes));
               },
               3, reps(T <= 64 ? 200 : 10));
           const double bytes = double(wbytes) + double(T * K) * 2;
@@ -339,7 +335,7 @@ void bench_scaled() {
         if (!f.bf16 && T == 512 && scr_bytes >= size_t(N * K) * 2) {
           const double dq = time_ms(
               [&](int i) {
-                CK(bc::dequant_scaled(fweight(i % copies), 0, N, static_cast<uint16_t*>(scr),
+                CK(bc::dequant_scaled(weight(i % copies), 0, N, static_cast<uint16_t*>(scr),
                                       nullptr));
               },
               3, reps(20));
