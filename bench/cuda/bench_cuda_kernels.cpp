@@ -215,7 +215,6 @@ void fill_bytes(uint8_t* d, size_t n, uint32_t seed) {
 // (read + write per second); "%4TB": of 4.0 TB/s. The last column: TFLOP/s (2·T·N·K per second).
 // For prefill, "dequant" is dequant_scaled of the whole weight alone (its share of the matmul).
 void bench_scaled() {
-  if (const char* e = std::getenv("BENCH_FRAG_DEPTH")) bc::set_nvfp4_frag_depth(std::atoi(e));
   const double copy_gbs = measure_copy_gbs();
   struct Shape {
     const char* name;

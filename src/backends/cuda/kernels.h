@@ -185,8 +185,6 @@ FusedStages matmul_scaled_fused_stages(const ScaledWeight& w, int64_t T, int64_t
 size_t nvfp4_frag_code_bytes(int64_t N, int64_t K);
 size_t nvfp4_frag_scale_bytes(int64_t N, int64_t K);
 cudaError_t nvfp4_to_frag(const ScaledWeight& w, uint8_t* codes, uint8_t* scales, cudaStream_t s);
-// Benchmarks only: the fragment kernel's chunks in flight a lane (4, 8 or 16; 0: the default).
-void set_nvfp4_frag_depth(int depth);
 // out[r, :] = the inner values of weight row row0 + r as bf16 (out [rows, K], 16-byte aligned).
 cudaError_t dequant_scaled(const ScaledWeight& w, int64_t row0, int64_t rows, bf16_bits* out,
                            cudaStream_t s);

@@ -912,8 +912,8 @@ __global__ void __launch_bounds__(256 / NT) matmul_scaled_kernel(const ScaledArg
   const uint32_t st0_s = smem_addr(st0);
   const int row_bytes = F == SFmt::NVFP4 ? K / 2 : K;
   const int KT_all = (K + BK - 1) / BK;
-  const bool split = gridDim.y > 1;  // split mode: this block runs segment blockIdx.y only
-  const int kt0 = split ? int(blockIdx.y) * a.seg_stages : 0;
+  const bool split = gridDim.z > 1;  // split mode: this block runs segment blockIdx.z only
+  const int kt0 = split ? int(blockIdx.z) * a.seg_stages : 0;
   const int KT = split ? min(KT_all - kt0, a.seg_stages) : KT_all;
 
   // This thread's share of a stage's copies: code chunks of 16 bytes at rows cr0 + i·kCStep,
@@ -1187,51 +1187,27 @@ __global__ void __launch_bounds__(256 / NT) matmul_scaled_kernel(const ScaledArg
   // n0 + 8·NT·warp + 8j + 2·(lane % 4) + (e & 1).
   auto out_row = [&](int i, int e) { return 16 * i + g + (e >> 1) * 8; };
   auto out_col = [&](int j, int e) { return n0 + warp * 8 * NT + 8 * j + 2 * qd + (e & 1); };
-  if (split) {  // store this segment's partial; the tile's last block adds them in order
-    float* p = a.part + size_t(blockIdx.y) * size_t(T) * N;
+  // Split: tot = this segment's partial, stored; the tile's last block gets the sums in tot.
+  auto each = [&](auto f) {
 #pragma unroll
     for (int i = 0; i < MT; ++i)
 #pragma unroll
       for (int j = 0; j < NT; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = out_row(i, e), c = out_col(j, e);
-          if (r < T && c < N) p[size_t(r) * N + c] = acc[i][j][e];
-        }
-    __threadfence();
-    __syncthreads();
-    __shared__ int is_last;
-    const int tile = int(blockIdx.x);
-    if (tid == 0) is_last = atomicAdd(&a.counters[tile], 1) == int(gridDim.y) - 1;
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
+        for (int e = 0; e < 4; ++e) f(out_row(i, e), out_col(j, e), tot[i][j][e]);
+  };
+  if (split) {
 #pragma unroll
     for (int i = 0; i < MT; ++i)
 #pragma unroll
       for (int j = 0; j < NT; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = out_row(i, e), c = out_col(j, e);
-          if (r < T && c < N) {
-            const size_t o = size_t(r) * N + c;
-            float v = __ldcg(a.part + o);
-            for (int z = 1; z < int(gridDim.y); ++z)
-              v = __fadd_rn(v, __ldcg(a.part + size_t(z) * size_t(T) * N + o));
-            tot[i][j][e] = v;
-          }
-        }
-    if (tid == 0) a.counters[tile] = 0;  // ready for the next call
+        for (int e = 0; e < 4; ++e) tot[i][j][e] = acc[i][j][e];
+    if (!split_k_fold(each, a.part, a.counters, T, N)) return;
   }
-#pragma unroll
-  for (int i = 0; i < MT; ++i)
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = out_row(i, e), c = out_col(j, e);
-        if (r < T && c < N) a.y[size_t(r) * N + c] = __fmul_rn(epi_factor(a.epi, c), tot[i][j][e]);
-      }
+  each([&](int r, int c, float& v) {
+    if (r < T && c < N) a.y[size_t(r) * N + c] = __fmul_rn(epi_factor(a.epi, c), v);
+  });
 }
 
 template <SFmt F, int MR, int BK, int STAGES>
@@ -1251,7 +1227,7 @@ cudaError_t launch_scaled(ScaledArgs a, int64_t kseg, cudaStream_t s, void* ws, 
       segs > 1 && tiles <= kMaxTiles && ws && ws_bytes >= workspace_bytes_kseg(a.T, a.N, a.K, kseg);
   a.counters = static_cast<int*>(ws);
   a.part = split ? reinterpret_cast<float*>(static_cast<char*>(ws) + counter_bytes()) : nullptr;
-  const dim3 grid(unsigned(tiles), unsigned(split ? segs : 1));
+  const dim3 grid(unsigned(tiles), 1, unsigned(split ? segs : 1));
   return launch_pdl(kern, grid, dim3(256 / NT), C::smem(a.T, STAGES), s, true, a);
 }
 
@@ -1404,8 +1380,9 @@ __global__ void __launch_bounds__(256) dequant_scaled_kernel(const DqArgs a) {
 // Segments: as the fused kernel (split blocks with the workspace, else folded in registers).
 constexpr int kFragLut = 256 * 256;  // entry e (a code byte) at e·256 + lane·4
 constexpr int kFragXBytes = 40960;   // x's staging: T rows × 160 bytes a chunk
-constexpr int kFragDepth = 8;        // chunks of codes in flight a lane (the default)
-int g_frag_depth = 0;                // set_nvfp4_frag_depth (benchmarks only): 4, 8 or 16
+// Chunks of codes in flight a lane (H200, gate/up at T = 1: 4 chunks 39.9 µs, 8 37.6, 16 47.0
+// with spills).
+constexpr int kFragDepth = 8;
 
 __device__ __forceinline__ uint4 ld_stream16(const void* p) {
   uint4 v;
@@ -1513,16 +1490,17 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-template <int NTOK, int D>
+template <int NTOK>
 __global__ void __launch_bounds__(NTOK <= 2 ? 512 : 256) matmul_frag_kernel(const FragArgs a) {
+  constexpr int D = kFragDepth;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int T = a.T, N = a.N, K = a.K;
   const int tid = threadIdx.x, nthreads = blockDim.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, qd = lane & 3;
   const int tile = int(blockIdx.x) * a.nw + warp;
   const bool live = tile < a.tiles;  // (idle warps still take part in the block's barriers)
-  const bool split = gridDim.y > 1;
-  const int c0 = split ? int(blockIdx.y) * a.seg_chunks : 0;
+  const bool split = gridDim.z > 1;  // split mode: this block runs segment blockIdx.z only
+  const int c0 = split ? int(blockIdx.z) * a.seg_chunks : 0;
   const int n = split ? min(a.seg_chunks, a.nc - c0) : a.nc;
   const size_t tc0 = size_t(live ? tile : 0) * size_t(a.nc) + size_t(c0);
   const uint8_t* const cp = a.codes + (tc0 * 32 + size_t(lane)) * 16;
@@ -1640,37 +1618,26 @@ __global__ void __launch_bounds__(NTOK <= 2 ? 512 : 256) matmul_frag_kernel(cons
     }
   }
 
-  // acc / tot element (j, e): weight row 16·tile + g (+8 for e >= 2), token 8j + 2q + (e & 1);
-  // each(f) calls f(j, e, offset in [T, N], column) for this lane's elements inside y.
-  auto each = [&](auto&& f) {
+  // acc / tot element (j, e): weight row 16·tile + g (+8 for e >= 2), token 8j + 2q + (e & 1).
+  // Split: tot = this segment's partial, stored; the block's last arrival gets the sums in tot.
+  auto each = [&](auto f) {
     if (!live) return;
 #pragma unroll
     for (int j = 0; j < NTOK; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = 8 * j + 2 * qd + (e & 1), c = 16 * tile + g + 8 * (e >> 1);
-        if (r < T && c < N) f(j, e, size_t(r) * N + c, c);
-      }
+      for (int e = 0; e < 4; ++e)
+        f(8 * j + 2 * qd + (e & 1), 16 * tile + g + 8 * (e >> 1), tot[j][e]);
   };
-  if (split) {  // this segment's partial; the block's last arrival adds them in order
-    float* p = a.part + size_t(blockIdx.y) * size_t(T) * N;
-    each([&](int j, int e, size_t o, int) { p[o] = acc[j][e]; });
-    __threadfence();
-    __syncthreads();
-    __shared__ int is_last;
-    if (tid == 0) is_last = atomicAdd(&a.counters[blockIdx.x], 1) == int(gridDim.y) - 1;
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
-    each([&](int j, int e, size_t o, int) {
-      float v = __ldcg(a.part + o);
-      for (int z = 1; z < int(gridDim.y); ++z)
-        v = __fadd_rn(v, __ldcg(a.part + size_t(z) * size_t(T) * N + o));
-      tot[j][e] = v;
-    });
-    if (tid == 0) a.counters[blockIdx.x] = 0;
+  if (split) {
+#pragma unroll
+    for (int j = 0; j < NTOK; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) tot[j][e] = acc[j][e];
+    if (!split_k_fold(each, a.part, a.counters, T, N)) return;
   }
-  each([&](int j, int e, size_t o, int c) { a.y[o] = __fmul_rn(epi_factor(a.epi, c), tot[j][e]); });
+  each([&](int r, int c, float& v) {
+    if (r < T && c < N) a.y[size_t(r) * N + c] = __fmul_rn(epi_factor(a.epi, c), v);
+  });
 }
 
 int sm_count() {
@@ -1684,22 +1651,22 @@ int sm_count() {
   return n;
 }
 
-template <int NTOK, int D>
-cudaError_t launch_frag_d(FragArgs a, int segs, bool split, cudaStream_t s) {
-  auto* kern = matmul_frag_kernel<NTOK, D>;
-  if (const cudaError_t e = allow_smem<matmul_frag_kernel<NTOK, D>>(kFragLut + kFragXBytes);
+template <int NTOK>
+cudaError_t launch_frag_t(FragArgs a, int segs, bool split, cudaStream_t s) {
+  auto* kern = matmul_frag_kernel<NTOK>;
+  if (const cudaError_t e = allow_smem<matmul_frag_kernel<NTOK>>(kFragLut + kFragXBytes);
       e != cudaSuccess)
     return e;
   // Warps a block: the count that puts the fewest tiles on the busiest SM (blocks spread over
   // the SMs, as many an SM as shared memory allows), e.g. 7 for 896 tiles on 132 SMs.
-  const int sms = sm_count(), grid_y = split ? segs : 1;
+  const int sms = sm_count(), grid_z = split ? segs : 1;
   const int chunks = split ? a.seg_chunks : a.nc;
   a.pc = std::max(1, std::min(chunks, kFragXBytes / (a.T * 160)));
   const size_t smem = size_t(kFragLut) + size_t(a.pc) * size_t(a.T) * 160;
   const int per_sm_smem = int((227 * 1024) / (smem + 1024));
   static const int regs = [] {
     cudaFuncAttributes fa{};
-    return cudaFuncGetAttributes(&fa, matmul_frag_kernel<NTOK, D>) == cudaSuccess && fa.numRegs > 0
+    return cudaFuncGetAttributes(&fa, matmul_frag_kernel<NTOK>) == cudaSuccess && fa.numRegs > 0
                ? fa.numRegs
                : 128;
   }();
@@ -1707,7 +1674,7 @@ cudaError_t launch_frag_d(FragArgs a, int segs, bool split, cudaStream_t s) {
   int best = 4;
   int64_t best_cost = INT64_MAX;
   for (int nw = 4; nw <= max_nw; ++nw) {
-    const int64_t blocks = (a.tiles + nw - 1) / nw * int64_t(grid_y);
+    const int64_t blocks = (a.tiles + nw - 1) / nw * int64_t(grid_z);
     const int64_t per_sm =
         std::min<int64_t>({per_sm_smem, 64 / nw, 65536 / (int64_t(nw) * 32 * regs)});
     if (per_sm < 1) continue;
@@ -1716,20 +1683,8 @@ cudaError_t launch_frag_d(FragArgs a, int segs, bool split, cudaStream_t s) {
     if (cost < best_cost) best_cost = cost, best = nw;
   }
   a.nw = best;
-  const dim3 grid(unsigned((a.tiles + best - 1) / best), unsigned(grid_y));
+  const dim3 grid(unsigned((a.tiles + best - 1) / best), 1, unsigned(grid_z));
   return launch_pdl(kern, grid, dim3(32 * best), smem, s, true, a);
-}
-
-template <int NTOK>
-cudaError_t launch_frag_t(const FragArgs& a, int segs, bool split, cudaStream_t s) {
-  switch (g_frag_depth ? g_frag_depth : kFragDepth) {
-    case 4:
-      return launch_frag_d<NTOK, 4>(a, segs, split, s);
-    case 16:
-      return launch_frag_d<NTOK, 16>(a, segs, split, s);
-    default:
-      return launch_frag_d<NTOK, 8>(a, segs, split, s);
-  }
 }
 
 cudaError_t launch_frag(const ScaledWeight& w, const bf16_bits* x, int T, float* y, const Epi& epi,
@@ -1889,9 +1844,6 @@ cudaError_t matmul_scaled(const bf16_bits* x, int64_t T, const ScaledWeight& w, 
   return cudaSuccess;
 }
 
-void set_nvfp4_frag_depth(int depth) {
-  g_frag_depth = depth;
-}
 size_t nvfp4_frag_code_bytes(int64_t N, int64_t K) {
   return size_t((N + 15) / 16) * 16 * size_t(K / 2);
 }
