@@ -457,7 +457,7 @@ void test_matmul_scaled(bc::ScaledFormat fmt, int64_t N, int64_t K, int64_t B = 
   dinner.poison();
   CK(bc::dequant_scaled(d.w, 0, N, dinner.p, nullptr));
   check(dinner.down() == inner, tag + " dequant_scaled == ref inner values as bf16, bitwise");
-  // NVFP4 in the fragment layout (what the backend keeps): the same inner values, whole and
+  // NVFP4 in the fragment layout (BASALT_CUDA_NVFP4_FRAG=1): the same inner values, whole and
   // for a run of rows that starts and ends inside 16-row tiles.
   const bool frag = fmt == bc::ScaledFormat::NVFP4 && K % 64 == 0;
   std::unique_ptr<Dev<uint8_t>> fq, fs;
