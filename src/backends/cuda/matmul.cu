@@ -338,18 +338,6 @@ __global__ void __launch_bounds__(MmCfg<BM, BN, BK, WARPS_M, WARPS_N, STAGES>::k
         }
 }
 
-// Lets Kern use `bytes` of dynamic shared memory: set once per kernel (idempotent, so a race is
-// harmless).
-template <auto Kern>
-cudaError_t allow_smem(size_t bytes) {
-  static bool done = false;
-  if (done) return cudaSuccess;
-  const cudaError_t e =
-      cudaFuncSetAttribute(Kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
-  done = e == cudaSuccess;
-  return e;
-}
-
 // kseg: the segment length of the whole weight (the call's, resolved: a launch over a block of
 // its rows keeps the weight's segments); y has row stride ldy.
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES>

@@ -2,9 +2,23 @@
 // (attention.cu): async copies into shared memory, ldmatrix, and the one mma instruction every
 // exact reduction of basalt's CUDA backend is built from.
 #pragma once
+#include <cuda_runtime.h>
+
 #include <cstdint>
 
 namespace basalt::cuda {
+
+// Lets Kern use `bytes` of dynamic shared memory: set once per kernel (idempotent, so a race is
+// harmless).
+template <auto Kern>
+inline cudaError_t allow_smem(size_t bytes) {
+  static bool done = false;
+  if (done) return cudaSuccess;
+  const cudaError_t e =
+      cudaFuncSetAttribute(Kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  done = e == cudaSuccess;
+  return e;
+}
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return uint32_t(__cvta_generic_to_shared(p));
@@ -14,6 +28,12 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 // instructions); src_bytes = 0 fills the destination with zeros and reads nothing.
 __device__ __forceinline__ void cp_async16_s(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes));
+}
+// 4-byte async copy (cp.async.ca: the 16-byte .cg form has no smaller size); src_bytes = 0
+// writes a zero.
+__device__ __forceinline__ void cp_async4_s(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
                "r"(src_bytes));
 }
 __device__ __forceinline__ void cp_async_commit() {
