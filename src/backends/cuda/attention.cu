@@ -218,6 +218,10 @@ __device__ __forceinline__ void write_out(const Partial<DPL>& st, bf16_bits* o, 
     o[lane * DPL + d] = __bfloat16_as_ushort(__float2bfloat16_rn(__fmul_rn(st.acc[d], inv)));
 }
 
+// Floats of one chunk partial in the split workspace (attention_workspace_bytes).
+template <int D>
+constexpr int kPartFloats = D + 4;
+
 __host__ __device__ __forceinline__ int64_t n_chunks(int64_t pos) {
   return pos / kAttnChunk + 1;
 }
@@ -277,7 +281,8 @@ __global__ void __launch_bounds__(32 * kWarps) attn_fused_kernel(AttnArgs a) {
   write_out(st, a.out + th * D, lane);
 }
 
-// Workspace: [T, H, max_chunks] partials of (D + 2) floats: acc[D], m, l.
+// Workspace: [T, H, max_chunks] partials of kPartFloats<D> floats: acc[D], m, l, 2 unused (a
+// partial starts on 16 bytes).
 template <int DPL, class Src>
 __global__ void __launch_bounds__(32 * kWarps)
     attn_split_chunks_kernel(AttnArgs a, int64_t max_chunks) {
@@ -297,7 +302,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int64_t j0 = c * kAttnChunk;
   const int n = int(p - j0 + 1 < kAttnChunk ? p - j0 + 1 : kAttnChunk);
   const Partial<DPL> pc = chunk_partial<DPL>(qs, chunk_rows<Src>(a, t, hk, j0), n, a.scale, lane);
-  float* w = a.workspace + item * (D + 2);
+  float* w = a.workspace + item * kPartFloats<D>;
 #pragma unroll
   for (int d = 0; d < DPL; ++d) w[lane * DPL + d] = pc.acc[d];
   if (lane == 0) {
@@ -306,50 +311,96 @@ __global__ void __launch_bounds__(32 * kWarps)
   }
 }
 
-template <int DPL>
-__global__ void __launch_bounds__(32 * kWarps)
-    attn_split_merge_kernel(AttnArgs a, int64_t max_chunks) {
+// The merge of a split pass: one block of D threads per (t, h), thread d folding output dim d
+// over the row's chunk partials left to right with merge()'s arithmetic, so the bits are those
+// of the fused kernels' in-warp merge. The partials of a row are contiguous; stages of kCps of
+// them stream through shared memory kStages - 1 ahead (a warp loading a few partials at a time
+// spent a memory round trip per few chunks). merge()'s coefficients a = exp(M' - M),
+// b = exp(m - M) depend only on the running max M, which is exact (a prefix max), so they are
+// computed for a stage's chunks in parallel, once per chunk; each thread's chain is then two
+// multiplies and an add per chunk.
+template <int D>
+struct MergeRing {
+  static constexpr int kStages = 4;
+  static constexpr int kCps = 8192 / (kPartFloats<D> * 4);  // chunks per stage, about 8 KB
+  float part[kStages][kCps * kPartFloats<D>];
+  float a[kCps], b[kCps], mx[kCps];
+};
+
+template <int D>
+__global__ void __launch_bounds__(D) attn_split_merge_kernel(AttnArgs a, int64_t max_chunks) {
   pdl_trigger();
-  constexpr int D = 32 * DPL;
-  const int lane = threadIdx.x & 31;
-  const int64_t th = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
-  if (th >= a.T * a.H) return;
-  const int64_t p = row_pos(a, th / a.H);
-  auto load = [&](int64_t c) {
-    const float* w = a.workspace + (th * max_chunks + c) * (D + 2);
-    Partial<DPL> pc;
-#pragma unroll
-    for (int d = 0; d < DPL; ++d) pc.acc[d] = w[lane * DPL + d];
-    pc.m = w[D];
-    pc.l = w[D + 1];
-    return pc;
+  using Ring = MergeRing<D>;
+  constexpr int kP = kPartFloats<D>, kCps = Ring::kCps, kS = Ring::kStages;
+  __shared__ __align__(16) Ring r;
+  const int d = threadIdx.x;
+  const int64_t th = blockIdx.x;
+  const int64_t nc = n_chunks(row_pos(a, th / a.H));
+  const float* src = a.workspace + th * max_chunks * kP;
+  auto issue = [&](int64_t stage) {
+    const int64_t c0 = stage * kCps;
+    if (c0 < nc) {
+      const int cnt = int(nc - c0 < kCps ? nc - c0 : kCps);
+      const uint32_t dst = smem_addr(r.part[stage % kS]);
+      for (int u = d; u < cnt * kP / 4; u += D)
+        cp_async16_s(dst + u * 16, src + c0 * kP + u * 4, 16);
+    }
+    cp_async_commit();
   };
-  // Loads are issued a batch of chunks ahead of the merges (a chain of one load per chunk
-  // spent a memory round trip per chunk: 354 µs at 32K context); the merge order is unchanged.
-  constexpr int kBatch = DPL >= 8 ? 4 : 8;
-  const int64_t nc = n_chunks(p);
-  Partial<DPL> st = load(0);
-  for (int64_t c0 = 1; c0 < nc; c0 += kBatch) {
-    Partial<DPL> pc[kBatch];
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b)
-      if (c0 + b < nc) pc[b] = load(c0 + b);
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b)
-      if (c0 + b < nc) merge(st, pc[b]);
+  for (int st = 0; st < kS - 1; ++st) issue(st);
+  float m_run = 0.0f, l = 0.0f, acc = 0.0f;
+  for (int64_t stage = 0; stage * kCps < nc; ++stage) {
+    cp_async_wait<kS - 2>();
+    __syncthreads();  // stage landed; the previous stage's slot and coefficients are free
+    issue(stage + kS - 1);
+    const int64_t c0 = stage * kCps;
+    const int cnt = int(nc - c0 < kCps ? nc - c0 : kCps);
+    const float* part = r.part[stage % kS];
+    for (int i = d; i < cnt; i += D) {  // the running max before and after chunk c0 + i
+      float before = m_run;
+      for (int k = 0; k < i; ++k)
+        before = c0 + k == 0 ? part[k * kP + D] : fmaxf(before, part[k * kP + D]);
+      const float mc = part[i * kP + D];
+      const float after = c0 + i == 0 ? mc : fmaxf(before, mc);
+      r.a[i] = expf(__fsub_rn(before, after));
+      r.b[i] = expf(__fsub_rn(mc, after));
+      r.mx[i] = after;
+    }
+    __syncthreads();
+    for (int i = 0; i < cnt; ++i) {
+      const float* pc = part + i * kP;
+      if (c0 + i == 0) {
+        acc = pc[d], l = pc[D + 1];
+        continue;
+      }
+      const float fa = r.a[i], fb = r.b[i];
+      l = __fadd_rn(__fmul_rn(l, fa), __fmul_rn(pc[D + 1], fb));
+      acc = __fadd_rn(__fmul_rn(acc, fa), __fmul_rn(pc[d], fb));
+    }
+    m_run = r.mx[cnt - 1];
   }
-  write_out(st, a.out + th * D, lane);
+  cp_async_wait<0>();
+  a.out[th * D + d] = __bfloat16_as_ushort(__float2bfloat16_rn(__fmul_rn(acc, __fdiv_rn(1.0f, l))));
 }
 
-// --- The tensor-core path: bf16 cache, D = 64 or 128 -------------------------------------
+template <int D>
+cudaError_t launch_merge(const AttnArgs& a, cudaStream_t s, int64_t max_chunks) {
+  attn_split_merge_kernel<D><<<unsigned(a.T * a.H), D, 0, s>>>(a, max_chunks);
+  return cudaGetLastError();
+}
+
+// --- The tensor-core path: D = 64 or 128, bf16 or FP8 cache -------------------------------
 // The rows of KV head hk are r = t · G + g (query head hk · G + g, G = H / Hkv); a warp owns a
 // tile of 16 consecutive r and computes the partial of chunk c for all of them with
 // mma.m16n8k16 (bf16 in, f32 accumulate), each row's bits independent of the other rows':
 //  - scores S = Σ_d q·k: the query split as q_hi = bf16(q), q_lo = bf16(q - q_hi), one mma chain
-//    over D for q_hi then on over D for q_lo; s = S · scale; keys past the row's position -inf;
+//    over D for q_hi then on over D for q_lo; s = S · scale (FP8: (S · s_k) · scale, S over the
+//    codes, which bf16 holds exactly); keys past the row's position -inf;
 //  - the chunk max (exact), e_j = exp(s_j - m), l = Σ e_j: each lane its 16 values in key order,
 //    then a butterfly over the quad that shares the row;
-//  - Σ e_j·v_j as one chain over the 64 keys for bf16(e_j) and on for bf16(e_j - bf16(e_j));
+//  - Σ w_j·v_j as one chain over the 64 keys for bf16(w_j) and on for bf16(w_j - bf16(w_j)),
+//    w_j = e_j (FP8: e_j · s_v, v the codes);
 //  - chunk partials merged left to right by merge()'s formula (Fused in the warp, Split through
 //    the workspace and attn_split_merge_kernel).
 // A row's partial of a chunk is the same whatever other rows share its tile (keys a row may not
@@ -359,18 +410,27 @@ constexpr int kMmaRows = 16;
 // Split when fewer (KV head, tile) warps than this would walk the chunks.
 constexpr int64_t kMmaSplitMaxTiles = 1024;
 
-__host__ __device__ __forceinline__ bool mma_path(bool fp8, int64_t D) {
-  return !fp8 && (D == 64 || D == 128);
+__host__ __device__ __forceinline__ bool mma_path(int64_t D) {
+  return D == 64 || D == 128;
 }
 __host__ __device__ __forceinline__ int64_t mma_tiles(int64_t T, int64_t G) {
   return (T * G + kMmaRows - 1) / kMmaRows;
 }
 
-// Shared memory of one warp: q_hi, q_lo [16][D], then K and V of a chunk [64][D], all bf16 in
-// rows of 16-byte units placed at unit ^ (row & 7) (ldmatrix without bank conflicts).
+// Shared memory of one warp: q_hi, q_lo [16][D] bf16, then `bufs` chunk buffers (a chunk's
+// copy lands in one while the previous chunk is computed from the other): bf16 cache, K and V
+// [64][D] bf16; FP8 cache, the codes of K and V [64][D] as copied and their row scales [2][64],
+// plus one K, V [64][D] bf16 pair the codes are widened into. bf16 tiles keep rows of 16-byte
+// units at unit ^ (row & 7) (ldmatrix without bank conflicts).
 template <int D>
 struct MmaSmem {
-  static constexpr int kBytes = (2 * kMmaRows + 2 * kAttnChunk) * D * 2;
+  static constexpr int kQBytes = 2 * kMmaRows * D * 2, kTileBytes = 2 * kAttnChunk * D * 2;
+  __host__ __device__ static constexpr int buf_bytes(bool f8) {
+    return f8 ? 2 * kAttnChunk * (D + 4) : kTileBytes;
+  }
+  __host__ __device__ static constexpr int bytes(bool f8, int bufs) {
+    return kQBytes + bufs * buf_bytes(f8) + (f8 ? kTileBytes : 0);
+  }
   __device__ static __forceinline__ int at(int row, int unit) {
     return row * D + ((unit ^ (row & 7)) << 3);
   }
@@ -383,6 +443,36 @@ __device__ __forceinline__ uint32_t bf16_pair(float lo, float hi) {
 __device__ __forceinline__ float bf16_round(float x) {
   return __bfloat162float(__float2bfloat16_rn(x));
 }
+// Two E4M3 codes (low byte first) as a bf16 pair: exact, bf16 holds every E4M3 value.
+__device__ __forceinline__ uint32_t e4m3x2_bf16x2(uint32_t two) {
+  const float2 f = e4m3x2(two);
+  return bf16_pair(f.x, f.y);
+}
+
+// A warp's shared memory, laid out as MmaSmem says.
+template <int D, bool F8>
+struct MmaWarpSmem {
+  using L = MmaSmem<D>;
+  bf16_bits* qs;
+  char* bufs;
+  bf16_bits* wide;  // FP8: the widened K, V
+  __device__ MmaWarpSmem(char* base, int n_bufs)
+      : qs(reinterpret_cast<bf16_bits*>(base)),
+        bufs(base + L::kQBytes),
+        wide(reinterpret_cast<bf16_bits*>(base + L::kQBytes + n_bufs * L::buf_bytes(F8))) {}
+  // The bf16 K and V tiles chunks of buffer b are computed from.
+  __device__ bf16_bits* ks(int b) const {
+    return F8 ? wide : reinterpret_cast<bf16_bits*>(bufs + b * L::buf_bytes(F8));
+  }
+  __device__ bf16_bits* vs(int b) const { return ks(b) + kAttnChunk * D; }
+  // FP8: buffer b's codes and scales (0 past the chunk's last key).
+  __device__ uint8_t* kc(int b) const {
+    return reinterpret_cast<uint8_t*>(bufs + b * L::buf_bytes(F8));
+  }
+  __device__ uint8_t* vc(int b) const { return kc(b) + kAttnChunk * D; }
+  __device__ float* ksc(int b) const { return reinterpret_cast<float*>(vc(b) + kAttnChunk * D); }
+  __device__ float* vsc(int b) const { return ksc(b) + kAttnChunk; }
+};
 
 // What a lane knows of its tile: rows g = lane / 4 and g + 8 of the mma layout.
 struct MmaTile {
@@ -417,17 +507,29 @@ __device__ __forceinline__ MmaTile mma_tile(const AttnArgs& a, int64_t hk, int64
   return m;
 }
 
-// q of the tile's rows as q_hi, q_lo (zeros past T).
+// q of the tile's rows as q_hi, q_lo (zeros past T). Every load is issued before the first is
+// used (a rolled loop paid a memory round trip per few pairs: most of a split warp's time).
 template <int D>
 __device__ __forceinline__ void mma_load_q(const AttnArgs& a, const MmaTile& m, bf16_bits* qs,
                                            int lane) {
-  for (int i = lane; i < kMmaRows * D / 2; i += 32) {
-    const int row = i / (D / 2), d = 2 * (i % (D / 2));
-    float2 q = make_float2(0.0f, 0.0f);
-    if ((m.valid >> row) & 1) {
-      const int64_t rr = m.tile * kMmaRows + row, tt = rr / m.G;
-      q = *reinterpret_cast<const float2*>(a.q + (tt * a.H + m.hk * m.G + rr % m.G) * D + d);
-    }
+  constexpr int kPerLane = kMmaRows * D / 2 / 32;  // f32 pairs; pair k of a lane is in row
+  static_assert(D / 2 >= 32);                      // 32 k / (D / 2), the same for every lane
+  int64_t my_row = -1;  // lanes 0..15: row `lane`'s offset in q (-1: past T)
+  if (lane < kMmaRows && ((m.valid >> lane) & 1)) {
+    const int64_t rr = m.tile * kMmaRows + lane, tt = rr / m.G;
+    my_row = (tt * a.H + m.hk * m.G + rr % m.G) * D;
+  }
+  float2 qv[kPerLane];
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int64_t row = __shfl_sync(0xffffffffu, my_row, 32 * k / (D / 2));
+    const int d = 2 * ((lane + 32 * k) % (D / 2));
+    qv[k] = row >= 0 ? *reinterpret_cast<const float2*>(a.q + row + d) : make_float2(0.0f, 0.0f);
+  }
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int i = lane + 32 * k, row = i / (D / 2), d = 2 * (i % (D / 2));
+    const float2 q = qv[k];
     const int o = MmaSmem<D>::at(row, d >> 3) + (d & 7);
     const uint32_t hi = bf16_pair(q.x, q.y);
     const uint32_t lo = bf16_pair(__fsub_rn(q.x, __uint_as_float(hi << 16)),
@@ -437,34 +539,76 @@ __device__ __forceinline__ void mma_load_q(const AttnArgs& a, const MmaTile& m, 
   }
 }
 
-// K and V of keys j0 .. j0 + n - 1 of the run whose first row is table row `t_run`; rows n .. 63
-// zero-filled.
-template <int D>
-__device__ __forceinline__ void mma_load_kv(const AttnArgs& a, const MmaTile& m, int64_t t_run,
-                                            int64_t j0, int n, bf16_bits* ks, bf16_bits* vs,
-                                            int lane) {
+// Starts the copy of K and V of keys j0 .. j0 + n - 1 of the run whose first row is table row
+// `t_run` into buffer b (one cp.async group); rows n .. 63 are zero-filled.
+template <int D, bool F8>
+__device__ __forceinline__ void mma_issue_kv(const AttnArgs& a, const MmaTile& m, int64_t t_run,
+                                             int64_t j0, int n, const MmaWarpSmem<D, F8>& sm, int b,
+                                             int lane) {
   const int64_t r0 = chunk_row(a, t_run, j0), stride = a.Hkv * D;
-  const bf16_bits* kb = a.k + r0 * stride + m.hk * D;
-  const bf16_bits* vb = a.v + r0 * stride + m.hk * D;
-  const uint32_t ks_s = smem_addr(ks), vs_s = smem_addr(vs);
+  if constexpr (!F8) {
+    const bf16_bits* kb = a.k + r0 * stride + m.hk * D;
+    const bf16_bits* vb = a.v + r0 * stride + m.hk * D;
+    const uint32_t ks_s = smem_addr(sm.ks(b)), vs_s = smem_addr(sm.vs(b));
+#pragma unroll 4
+    for (int i = lane; i < kAttnChunk * D / 8; i += 32) {
+      const int j = i / (D / 8), u = i % (D / 8);
+      const int o = MmaSmem<D>::at(j, u) * 2;
+      const bool in = j < n;
+      const int64_t go = in ? j * stride + u * 8 : 0;
+      cp_async16_s(ks_s + o, kb + go, in ? 16 : 0);
+      cp_async16_s(vs_s + o, vb + go, in ? 16 : 0);
+    }
+  } else {  // the block layout of chunk_rows: codes [block_size, Hkv, D], then f32 scales
+    const int64_t slot = r0 % a.block_size;
+    const int64_t base = (r0 / a.block_size) * a.block_size * a.Hkv * (D + 4);
+    const int64_t row0 = base + slot * stride + m.hk * D;
+    const uint32_t kc_s = smem_addr(sm.kc(b)), vc_s = smem_addr(sm.vc(b));
+#pragma unroll 4
+    for (int i = lane; i < kAttnChunk * D / 16; i += 32) {
+      const int j = i / (D / 16), u = i % (D / 16);
+      const bool in = j < n;
+      const int64_t go = in ? row0 + j * stride + u * 16 : 0;
+      cp_async16_s(kc_s + i * 16, a.k8 + go, in ? 16 : 0);
+      cp_async16_s(vc_s + i * 16, a.v8 + go, in ? 16 : 0);
+    }
+    const int64_t so = base + a.block_size * stride + (slot * a.Hkv + m.hk) * 4;
+    const uint32_t ksc_s = smem_addr(sm.ksc(b)), vsc_s = smem_addr(sm.vsc(b));
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int j = lane + 32 * half;
+      const int64_t go = j < n ? so + int64_t(j) * a.Hkv * 4 : so;
+      cp_async4_s(ksc_s + j * 4, a.k8 + go, j < n ? 4 : 0);
+      cp_async4_s(vsc_s + j * 4, a.v8 + go, j < n ? 4 : 0);
+    }
+  }
+  cp_async_commit();
+}
+
+// FP8: buffer b's codes widened to the bf16 tiles (exact). The caller has waited for the copy
+// and synchronised the warp.
+template <int D>
+__device__ __forceinline__ void mma_widen_kv(const MmaWarpSmem<D, true>& sm, int b, int lane) {
+  const uint8_t *kc = sm.kc(b), *vc = sm.vc(b);
+  bf16_bits *ks = sm.ks(b), *vs = sm.vs(b);
 #pragma unroll 4
   for (int i = lane; i < kAttnChunk * D / 8; i += 32) {
     const int j = i / (D / 8), u = i % (D / 8);
-    const int o = MmaSmem<D>::at(j, u) * 2;
-    const bool in = j < n;
-    const int64_t go = in ? j * stride + u * 8 : 0;
-    cp_async16_s(ks_s + o, kb + go, in ? 16 : 0);
-    cp_async16_s(vs_s + o, vb + go, in ? 16 : 0);
+    const uint2 ck = *reinterpret_cast<const uint2*>(kc + i * 8);
+    const uint2 cv = *reinterpret_cast<const uint2*>(vc + i * 8);
+    *reinterpret_cast<uint4*>(ks + MmaSmem<D>::at(j, u)) =
+        make_uint4(e4m3x2_bf16x2(ck.x), e4m3x2_bf16x2(ck.x >> 16), e4m3x2_bf16x2(ck.y),
+                   e4m3x2_bf16x2(ck.y >> 16));
+    *reinterpret_cast<uint4*>(vs + MmaSmem<D>::at(j, u)) =
+        make_uint4(e4m3x2_bf16x2(cv.x), e4m3x2_bf16x2(cv.x >> 16), e4m3x2_bf16x2(cv.y),
+                   e4m3x2_bf16x2(cv.y >> 16));
   }
-  cp_async_commit();
-  cp_async_wait<0>();
-  __syncwarp();
 }
 
 // One chunk's softmax statistics and weights for the tile: n[half] valid keys for row g + 8·half
-// (0: the row takes no part). p_hi/p_lo: the A operands of Σ e·v (k16 slice kk of the keys).
-template <int D>
-__device__ __forceinline__ void mma_chunk_weights(const bf16_bits* qs, const bf16_bits* ks,
+// (0: the row takes no part). p_hi/p_lo: the A operands of Σ w·v (k16 slice kk of the keys).
+template <int D, bool F8>
+__device__ __forceinline__ void mma_chunk_weights(const MmaWarpSmem<D, F8>& sm, int b,
                                                   const int (&n)[2], float scale, int lane,
                                                   float (&m)[2], float (&l)[2],
                                                   uint32_t (&p_hi)[4][4], uint32_t (&p_lo)[4][4]) {
@@ -478,14 +622,15 @@ __device__ __forceinline__ void mma_chunk_weights(const bf16_bits* qs, const bf1
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t af[4];
-      ldmatrix_x4(af, qs + part * kMmaRows * D + MmaSmem<D>::at(lane & 15, 2 * kk + (lane >> 4)));
+      ldmatrix_x4(af,
+                  sm.qs + part * kMmaRows * D + MmaSmem<D>::at(lane & 15, 2 * kk + (lane >> 4)));
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
-        uint32_t b[4];
-        ldmatrix_x4(b, ks + MmaSmem<D>::at(16 * np + (lane & 7) + ((lane >> 4) << 3),
-                                           2 * kk + ((lane >> 3) & 1)));
-        mma_bf16(s[2 * np], af, b[0], b[1]);
-        mma_bf16(s[2 * np + 1], af, b[2], b[3]);
+        uint32_t bk[4];
+        ldmatrix_x4(bk, sm.ks(b) + MmaSmem<D>::at(16 * np + (lane & 7) + ((lane >> 4) << 3),
+                                                  2 * kk + ((lane >> 3) & 1)));
+        mma_bf16(s[2 * np], af, bk[0], bk[1]);
+        mma_bf16(s[2 * np + 1], af, bk[2], bk[3]);
       }
     }
   }
@@ -498,7 +643,9 @@ __device__ __forceinline__ void mma_chunk_weights(const bf16_bits* qs, const bf1
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float& v = s[nt][2 * half + e];
-        v = 8 * nt + cq + e < n[half] ? __fmul_rn(v, scale) : -INFINITY;
+        const int j = 8 * nt + cq + e;
+        if constexpr (F8) v = __fmul_rn(v, sm.ksc(b)[j]);
+        v = j < n[half] ? __fmul_rn(v, scale) : -INFINITY;
         mx = fmaxf(mx, v);
       }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -516,6 +663,12 @@ __device__ __forceinline__ void mma_chunk_weights(const bf16_bits* qs, const bf1
     sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
     m[half] = mx;
     l[half] = sum;
+    if constexpr (F8)  // w_j = e_j · s_v (0 past the row's keys: e_j = 0)
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          s[nt][2 * half + e] = __fmul_rn(s[nt][2 * half + e], sm.vsc(b)[8 * nt + cq + e]);
   }
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk)
@@ -527,7 +680,7 @@ __device__ __forceinline__ void mma_chunk_weights(const bf16_bits* qs, const bf1
     }
 }
 
-// Σ e·v of the chunk for output dims 8·dt .. 8·dt + 7, dt = 2·dp and 2·dp + 1: o[0], o[1] in the
+// Σ w·v of the chunk for output dims 8·dt .. 8·dt + 7, dt = 2·dp and 2·dp + 1: o[0], o[1] in the
 // mma accumulator layout.
 template <int D>
 __device__ __forceinline__ void mma_chunk_values(const bf16_bits* vs, const uint32_t (&p_hi)[4][4],
@@ -584,80 +737,101 @@ __device__ __forceinline__ void mma_row_keys(const MmaTile& m, uint32_t run, int
   }
 }
 
-// The chunk at j0 for the rows of `run` (table row t_run, last position `last`): K and V into
-// shared memory, each row's visible keys n, and the softmax statistics and weights.
+// A chunk's per-row results: visible keys n, softmax statistics, the weights as A operands.
 struct MmaChunk {
   int n[2];
   float m[2], l[2];
   uint32_t ph[4][4], pl[4][4];
 };
-template <int D>
-__device__ __forceinline__ void mma_chunk(const AttnArgs& a, const MmaTile& m, uint32_t run,
-                                          int64_t t_run, int last, int64_t j0,
-                                          const bf16_bits* qs, bf16_bits* ks, bf16_bits* vs,
-                                          int lane, MmaChunk& ch) {
-  const int64_t nl = last - j0 + 1;
-  __syncwarp();  // the previous chunk's K/V are no longer read
-  mma_load_kv<D>(a, m, t_run, j0, int(nl < kAttnChunk ? nl : kAttnChunk), ks, vs, lane);
-  mma_row_keys(m, run, j0, lane, ch.n);
-  mma_chunk_weights<D>(qs, ks, ch.n, a.scale, lane, ch.m, ch.l, ch.ph, ch.pl);
+
+// Walks chunks c_begin .. c_end - 1 of the rows of `run` (table row t_run, last position
+// `last`): with kBufs = 2 chunk c + 1's copy is in flight while chunk c is computed. first()
+// runs once while the first copy is in flight; f(c, chunk, V tile) takes each chunk's results.
+template <int D, bool F8, int kBufs, class First, class F>
+__device__ __forceinline__ void mma_walk(const AttnArgs& a, const MmaTile& m, uint32_t run,
+                                         int64_t t_run, int last, int64_t c_begin, int64_t c_end,
+                                         const MmaWarpSmem<D, F8>& sm, int lane, First&& first,
+                                         F&& f) {
+  auto issue = [&](int64_t c, int b) {
+    const int64_t nl = last - c * kAttnChunk + 1;
+    mma_issue_kv<D, F8>(a, m, t_run, c * kAttnChunk, int(nl < kAttnChunk ? nl : kAttnChunk), sm, b,
+                        lane);
+  };
+  __syncwarp();  // the buffers are no longer read (a previous run)
+  issue(c_begin, 0);
+  first();
+  for (int64_t c = c_begin; c < c_end; ++c) {
+    const int b = kBufs == 1 ? 0 : int((c - c_begin) & 1);
+    if (kBufs == 2 && c + 1 < c_end) {
+      issue(c + 1, b ^ 1);  // buffer b ^ 1 was chunk c - 1's, no longer read
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncwarp();
+    if constexpr (F8) {
+      mma_widen_kv<D>(sm, b, lane);
+      __syncwarp();
+    }
+    MmaChunk ch;
+    mma_row_keys(m, run, c * kAttnChunk, lane, ch.n);
+    mma_chunk_weights<D, F8>(sm, b, ch.n, a.scale, lane, ch.m, ch.l, ch.ph, ch.pl);
+    f(c, static_cast<const MmaChunk&>(ch), static_cast<const bf16_bits*>(sm.vs(b)));
+    __syncwarp();  // chunk c's buffer (and FP8's wide tiles) no longer read
+    if (kBufs == 1 && c + 1 < c_end) issue(c + 1, 0);
+  }
 }
 
-// A warp's shared memory: q_hi, q_lo [16][D], K [64][D], V [64][D].
-template <int D>
-struct MmaWarpSmem {
-  bf16_bits *qs, *ks, *vs;
-  __device__ explicit MmaWarpSmem(bf16_bits* base)
-      : qs(base), ks(base + 2 * kMmaRows * D), vs(base + 2 * kMmaRows * D + kAttnChunk * D) {}
-};
-
-template <int D>
+// One warp per (KV head, tile) walks the chunks, one chunk buffer (two measured 1.35× slower
+// for bf16 prefill: 3 warps an SM instead of 5).
+template <int D, bool F8>
 __global__ void __launch_bounds__(32) attn_mma_fused_kernel(AttnArgs a, int64_t n_tiles) {
   pdl_trigger();
-  extern __shared__ __align__(16) bf16_bits sm_mma[];
-  const MmaWarpSmem<D> sm(sm_mma);
+  extern __shared__ __align__(16) char sm_mma[];
+  const MmaWarpSmem<D, F8> sm(sm_mma, 1);
   const int lane = threadIdx.x;
   const MmaTile m = mma_tile(a, blockIdx.x / n_tiles, blockIdx.x % n_tiles, lane);
   mma_load_q<D>(a, m, sm.qs, lane);
   float st_m[2] = {-INFINITY, -INFINITY}, st_l[2] = {0.0f, 0.0f}, acc[D / 8][4];
   mma_runs(m, lane, [&](uint32_t run, int64_t t_run, int last) {
-    for (int64_t c = 0; c <= last / kAttnChunk; ++c) {
-      MmaChunk ch;
-      mma_chunk<D>(a, m, run, t_run, last, c * kAttnChunk, sm.qs, sm.ks, sm.vs, lane, ch);
-      const int(&n)[2] = ch.n;
-      // merge(): st ⊕ chunk, or st = chunk for the row's first chunk.
-      float fa[2], fb[2];
-      bool first[2];
+    mma_walk<D, F8, 1>(
+        a, m, run, t_run, last, 0, last / kAttnChunk + 1, sm, lane, [] {},
+        [&](int64_t c, const MmaChunk& ch, const bf16_bits* vs) {
+          const int(&n)[2] = ch.n;
+          // merge(): st ⊕ chunk, or st = chunk for the row's first chunk.
+          float fa[2], fb[2];
+          bool first[2];
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        first[half] = c == 0;
-        if (n[half] == 0 || first[half]) {
-          fa[half] = 0.0f, fb[half] = 1.0f;
-          if (n[half] > 0) st_m[half] = ch.m[half], st_l[half] = ch.l[half];
-          continue;
-        }
-        const float mn = fmaxf(st_m[half], ch.m[half]);
-        fa[half] = expf(__fsub_rn(st_m[half], mn));
-        fb[half] = expf(__fsub_rn(ch.m[half], mn));
-        st_l[half] = __fadd_rn(__fmul_rn(st_l[half], fa[half]), __fmul_rn(ch.l[half], fb[half]));
-        st_m[half] = mn;
-      }
-#pragma unroll
-      for (int dp = 0; dp < D / 16; ++dp) {
-        float o[2][4];
-        mma_chunk_values<D>(sm.vs, ch.ph, ch.pl, dp, lane, o);
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int half = e >> 1;
-            float& x = acc[2 * dp + i][e];
-            if (n[half] == 0) continue;
-            x = first[half] ? o[i][e]
-                            : __fadd_rn(__fmul_rn(x, fa[half]), __fmul_rn(o[i][e], fb[half]));
+          for (int half = 0; half < 2; ++half) {
+            first[half] = c == 0;
+            if (n[half] == 0 || first[half]) {
+              fa[half] = 0.0f, fb[half] = 1.0f;
+              if (n[half] > 0) st_m[half] = ch.m[half], st_l[half] = ch.l[half];
+              continue;
+            }
+            const float mn = fmaxf(st_m[half], ch.m[half]);
+            fa[half] = expf(__fsub_rn(st_m[half], mn));
+            fb[half] = expf(__fsub_rn(ch.m[half], mn));
+            st_l[half] =
+                __fadd_rn(__fmul_rn(st_l[half], fa[half]), __fmul_rn(ch.l[half], fb[half]));
+            st_m[half] = mn;
           }
-      }
-    }
+#pragma unroll
+          for (int dp = 0; dp < D / 16; ++dp) {
+            float o[2][4];
+            mma_chunk_values<D>(vs, ch.ph, ch.pl, dp, lane, o);
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const int half = e >> 1;
+                float& x = acc[2 * dp + i][e];
+                if (n[half] == 0) continue;
+                x = first[half] ? o[i][e]
+                                : __fadd_rn(__fmul_rn(x, fa[half]), __fmul_rn(o[i][e], fb[half]));
+              }
+          }
+        });
   });
   const int cq = 2 * (lane & 3);
 #pragma unroll
@@ -672,60 +846,86 @@ __global__ void __launch_bounds__(32) attn_mma_fused_kernel(AttnArgs a, int64_t 
   }
 }
 
-// One warp per (KV head, tile, chunk): the partials of the tile's rows that see chunk c, in the
-// workspace layout of attn_split_chunks_kernel (merged by attn_split_merge_kernel).
-template <int D>
+// One warp per (KV head, tile, group of `per` chunks), two chunk buffers: the partials of the
+// tile's rows for each chunk of the group they see, in the workspace layout of
+// attn_split_chunks_kernel (merged by attn_split_merge_kernel). How chunks are grouped changes no
+// bits: each partial is computed alone.
+template <int D, bool F8>
 __global__ void __launch_bounds__(32)
-    attn_mma_split_kernel(AttnArgs a, int64_t n_tiles, int64_t max_chunks) {
+    attn_mma_split_kernel(AttnArgs a, int64_t n_tiles, int64_t max_chunks, int64_t per) {
   pdl_trigger();
-  extern __shared__ __align__(16) bf16_bits sm_mma[];
-  const MmaWarpSmem<D> sm(sm_mma);
+  extern __shared__ __align__(16) char sm_mma[];
+  const MmaWarpSmem<D, F8> sm(sm_mma, 2);
   const int lane = threadIdx.x;
-  const int64_t c = blockIdx.x % max_chunks, ht = blockIdx.x / max_chunks;
+  const int64_t n_groups = (max_chunks + per - 1) / per;
+  const int64_t g = blockIdx.x % n_groups, ht = blockIdx.x / n_groups;
   const MmaTile m = mma_tile(a, ht / n_tiles, ht % n_tiles, lane);
   bool q_loaded = false;
-  const int64_t j0 = c * kAttnChunk;
+  const int cq = 2 * (lane & 3);
   mma_runs(m, lane, [&](uint32_t run, int64_t t_run, int last) {
-    if (last < j0) return;
-    if (!q_loaded) mma_load_q<D>(a, m, sm.qs, lane), q_loaded = true;
-    MmaChunk ch;
-    mma_chunk<D>(a, m, run, t_run, last, j0, sm.qs, sm.ks, sm.vs, lane, ch);
-    const int(&n)[2] = ch.n;
-    const int cq = 2 * (lane & 3);
+    const int64_t c_begin = g * per, c_seen = last / kAttnChunk + 1;
+    const int64_t c_end = c_begin + per < c_seen ? c_begin + per : c_seen;
+    if (c_begin >= c_end) return;
+    mma_walk<D, F8, 2>(
+        a, m, run, t_run, last, c_begin, c_end, sm, lane,
+        [&] {
+          if (!q_loaded) mma_load_q<D>(a, m, sm.qs, lane), q_loaded = true;
+        },
+        [&](int64_t c, const MmaChunk& ch, const bf16_bits* vs) {
 #pragma unroll
-    for (int dp = 0; dp < D / 16; ++dp) {
-      float o[2][4];
-      mma_chunk_values<D>(sm.vs, ch.ph, ch.pl, dp, lane, o);
+          for (int dp = 0; dp < D / 16; ++dp) {
+            float o[2][4];
+            mma_chunk_values<D>(vs, ch.ph, ch.pl, dp, lane, o);
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        if (n[half] == 0) continue;
-        float* w = a.workspace + (m.th[half] * max_chunks + c) * (D + 2);
+            for (int half = 0; half < 2; ++half) {
+              if (ch.n[half] == 0) continue;
+              float* w = a.workspace + (m.th[half] * max_chunks + c) * kPartFloats<D>;
 #pragma unroll
-        for (int i = 0; i < 2; ++i)
-          *reinterpret_cast<float2*>(w + 8 * (2 * dp + i) + cq) =
-              make_float2(o[i][2 * half], o[i][2 * half + 1]);
-        if (dp == 0 && (lane & 3) == 0) w[D] = ch.m[half], w[D + 1] = ch.l[half];
-      }
-    }
+              for (int i = 0; i < 2; ++i)
+                *reinterpret_cast<float2*>(w + 8 * (2 * dp + i) + cq) =
+                    make_float2(o[i][2 * half], o[i][2 * half + 1]);
+              if (dp == 0 && (lane & 3) == 0) w[D] = ch.m[half], w[D + 1] = ch.l[half];
+            }
+          }
+        });
   });
 }
 
-template <int D>
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      v = 0;
+    return v > 0 ? v : 132;
+  }();
+  return n;
+}
+
+template <int D, bool F8>
 cudaError_t launch_mma(const AttnArgs& a, cudaStream_t s, bool split) {
-  constexpr int kSmem = MmaSmem<D>::kBytes;
   const int64_t n_tiles = mma_tiles(a.T, a.H / a.Hkv);
+  cudaError_t e;
   if (!split) {
-    attn_mma_fused_kernel<D><<<unsigned(a.Hkv * n_tiles), 32, kSmem, s>>>(a, n_tiles);
+    constexpr int kSmem = MmaSmem<D>::bytes(F8, 1);
+    if ((e = allow_smem<attn_mma_fused_kernel<D, F8>>(kSmem)) != cudaSuccess) return e;
+    attn_mma_fused_kernel<D, F8><<<unsigned(a.Hkv * n_tiles), 32, kSmem, s>>>(a, n_tiles);
     return cudaGetLastError();
   }
+  constexpr int kSmem = MmaSmem<D>::bytes(F8, 2);
   const int64_t max_chunks = n_chunks(max_pos_of(a));
-  attn_mma_split_kernel<D>
-      <<<unsigned(a.Hkv * n_tiles * max_chunks), 32, kSmem, s>>>(a, n_tiles, max_chunks);
-  const cudaError_t e = cudaGetLastError();
+  // Chunks per warp: enough that the warps fit on the chip at once (227 KB of shared memory a
+  // block, 228 an SM), so each walks its chunks with the next copy in flight.
+  const int64_t items = a.Hkv * n_tiles * max_chunks;
+  const int64_t resident = int64_t(sm_count()) * ((227 * 1024) / kSmem);
+  const int64_t per = (items + resident - 1) / resident;
+  const int64_t groups = (max_chunks + per - 1) / per;
+  if ((e = allow_smem<attn_mma_split_kernel<D, F8>>(kSmem)) != cudaSuccess) return e;
+  attn_mma_split_kernel<D, F8>
+      <<<unsigned(a.Hkv * n_tiles * groups), 32, kSmem, s>>>(a, n_tiles, max_chunks, per);
+  e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  attn_split_merge_kernel<D / 32>
-      <<<unsigned((a.T * a.H + kWarps - 1) / kWarps), 32 * kWarps, 0, s>>>(a, max_chunks);
-  return cudaGetLastError();
+  return launch_merge<D>(a, s, max_chunks);
 }
 
 template <int DPL, class Src>
@@ -740,20 +940,19 @@ cudaError_t launch(const AttnArgs& a, cudaStream_t s, bool split) {
   attn_split_chunks_kernel<DPL, Src><<<unsigned(blocks), 32 * kWarps, 0, s>>>(a, max_chunks);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  attn_split_merge_kernel<DPL>
-      <<<unsigned((a.T * a.H + kWarps - 1) / kWarps), 32 * kWarps, 0, s>>>(a, max_chunks);
-  return cudaGetLastError();
+  return launch_merge<32 * DPL>(a, s, max_chunks);
 }
 
 }  // namespace
 
 bool attention_may_split(int64_t T, int64_t H, int64_t Hkv, int64_t D, bool fp8) {
-  if (mma_path(fp8, D)) return Hkv * mma_tiles(T, H / Hkv) < kMmaSplitMaxTiles;
+  (void)fp8;  // both caches take the same path for a head size
+  if (mma_path(D)) return Hkv * mma_tiles(T, H / Hkv) < kMmaSplitMaxTiles;
   return T * H < kAttnSplitMaxWarps;
 }
 
 size_t attention_workspace_bytes(int64_t T, int64_t H, int64_t D, int64_t n_pos) {
-  return size_t(T) * H * size_t(n_chunks(n_pos - 1)) * (D + 2) * sizeof(float);
+  return size_t(T) * H * size_t(n_chunks(n_pos - 1)) * (D + 4) * sizeof(float);
 }
 
 cudaError_t attention(const AttnArgs& a, cudaStream_t s, AttnKernel kernel) {
@@ -772,8 +971,11 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t s, AttnKernel kernel) {
                      (kernel == AttnKernel::Auto && ws_ok &&
                       attention_may_split(a.T, a.H, a.Hkv, a.D, a.k8 != nullptr) &&
                       n_chunks(max_pos_of(a)) > 1);
-  if (mma_path(a.k8 != nullptr, a.D))
-    return a.D == 128 ? launch_mma<128>(a, s, split) : launch_mma<64>(a, s, split);
+  if (mma_path(a.D)) {
+    if (a.k8)
+      return a.D == 128 ? launch_mma<128, true>(a, s, split) : launch_mma<64, true>(a, s, split);
+    return a.D == 128 ? launch_mma<128, false>(a, s, split) : launch_mma<64, false>(a, s, split);
+  }
   if (a.k8)
     return a.D == 256   ? launch<8, Fp8Rows>(a, s, split)
            : a.D == 128 ? launch<4, Fp8Rows>(a, s, split)
