@@ -537,6 +537,67 @@ int main(int argc, char** argv) {
       const double gbs = 2.0 * kv * 2 / (ms * 1e-3) / 1e9;
       std::printf("%-10s %6d %6lld %6lld %-10s %10.2f %9.0f %6.1f%%\n", "attn-dec", 1,
                   (long long)ctx, (long long)D, "auto", ms * 1e3, gbs, 100.0 * gbs / copy_gbs);
+
+      // The same over an E4M3 cache (paged, blocks of 64 in order), written by kv_write_fp8 from
+      // f32 rows whose top halves are fill_bf16's values. It reads codes [ctx, Hkv, D] and f32
+      // scales [ctx, Hkv] for K and V: 2 · ctx · Hkv · (D + 4) bytes.
+      const int64_t bs = 64;
+      const size_t kv8 = size_t(ctx) * Hkv * (D + 4);
+      uint8_t *k8, *v8;
+      float* rows;
+      int32_t* iota;
+      CK(cudaMalloc(&k8, kv8));
+      CK(cudaMalloc(&v8, kv8));
+      CK(cudaMalloc(&rows, kv * 4));
+      CK(cudaMalloc(&iota, ctx * 4));
+      fill_bf16(reinterpret_cast<uint16_t*>(rows), kv * 2);
+      std::vector<int32_t> h_iota(ctx);
+      for (int64_t i = 0; i < ctx; ++i) h_iota[i] = int32_t(i);
+      CK(cudaMemcpy(iota, h_iota.data(), ctx * 4, cudaMemcpyHostToDevice));
+      // iota serves as the slots (position p at cache row p), the block table and the row table.
+      CK(bc::kv_write_fp8(rows, rows, iota, ctx, Hkv, D, bs, k8, v8, nullptr));
+      bc::AttnArgs a8 = a;
+      a8.k = a8.v = nullptr;
+      a8.k8 = k8, a8.v8 = v8;
+      a8.tables = iota, a8.row_table = iota, a8.table_stride = ctx / bs, a8.block_size = bs;
+      const double ms8 = time_ms([&](int) { CK(bc::attention(a8, nullptr)); }, 5, 100);
+      const double gbs8 = 2.0 * kv8 / (ms8 * 1e-3) / 1e9;
+      std::printf("%-10s %6d %6lld %6lld %-10s %10.2f %9.0f %6.1f%%\n", "attn-dec8", 1,
+                  (long long)ctx, (long long)D, "auto", ms8 * 1e3, gbs8, 100.0 * gbs8 / copy_gbs);
+
+      // Prefill: the last 512 rows of a ctx-long prompt in one pass (both caches). TFLOP/s of
+      // the useful products, 4 · D flops a (query head, visible key), the causal half counted.
+      if (ctx >= 4096) {
+        const int64_t T = 512;
+        float* qp;
+        uint16_t* outp;
+        int32_t* zeros;
+        CK(cudaMalloc(&qp, T * H * D * 4));
+        CK(cudaMemset(qp, 0x3c, T * H * D * 4));
+        CK(cudaMalloc(&outp, T * H * D * 2));
+        CK(cudaMalloc(&zeros, T * 4));
+        CK(cudaMemset(zeros, 0, T * 4));
+        const double flops = 4.0 * D * H * T * (ctx - T / 2.0);
+        bc::AttnArgs pa = a, pa8 = a8;
+        for (bc::AttnArgs* p : {&pa, &pa8}) {
+          p->q = qp, p->out = outp, p->T = T, p->pos0 = ctx - T;
+          p->workspace = nullptr, p->workspace_bytes = 0;  // the fused kernel
+        }
+        pa8.row_table = zeros;
+        for (const bc::AttnArgs* p : {&pa, &pa8}) {
+          const double msp = time_ms([&](int) { CK(bc::attention(*p, nullptr)); }, 2, 10);
+          std::printf("%-10s %6lld %6lld %6lld %-10s %10.2f %9s %7s %9.1f\n",
+                      p == &pa ? "attn-pre" : "attn-pre8", (long long)T, (long long)ctx,
+                      (long long)D, "fused", msp * 1e3, "", "", flops / (msp * 1e-3) / 1e12);
+        }
+        CK(cudaFree(qp));
+        CK(cudaFree(outp));
+        CK(cudaFree(zeros));
+      }
+      CK(cudaFree(k8));
+      CK(cudaFree(v8));
+      CK(cudaFree(rows));
+      CK(cudaFree(iota));
       CK(cudaFree(k));
       CK(cudaFree(v));
       CK(cudaFree(q));

@@ -7,16 +7,17 @@
 //   matmul: 1e-3 (inputs are exact bf16 values, so only fp32 sum order and the tensor core's
 //           accumulation differ; observed far below);
 //   head_rmsnorm, rope: 1e-5 (f32 output, different sum order / sincosf vs libm);
-//   rmsnorm y, swiglu, attention (bf16 outputs): 1e-2.
+//   rmsnorm y, swiglu, attention (bf16 outputs; bf16 or E4M3 cache): 1e-2; kv_write_fp8 vs
+//   ref::kv_fp8_encode: 0 (bitwise).
 //   gated_add: 1e-6; gdn (f32 throughout; expf/log1pf vs libm): 1e-4 on outputs and states;
 //   sigmoid_mul, gated_rmsnorm (bf16 outputs): 1e-2; moe: 2e-3 against ref ops emulating the
 //   CUDA data types (x and the swiglu output in bf16), routing ids equal to ref::moe_route.
 // Exactness (bitwise): matmul rows of a T=1 pass vs the same rows inside T = 7, 31, 33, 128
 // passes, for every tiling; attention rows of T=1 decode steps vs rows inside prefill passes of
-// 7, 33, whole, with the fused and split kernels; two identical runs. gdn: each sequence of a
-// 4-sequence pass alone, a sequence in chunks and token by token (outputs and states); moe:
-// every row alone (T=1) vs inside the pass, and vs T=1 matmul_bf16 products; the backend's
-// recorded and replayed graphs vs its eager run.
+// 7, 33, whole, with the fused and split kernels, over bf16 and E4M3 caches; two identical runs.
+// gdn: each sequence of a 4-sequence pass alone, a sequence in chunks and token by token
+// (outputs and states); moe: every row alone (T=1) vs inside the pass, and vs T=1 matmul_bf16
+// products; the backend's recorded and replayed graphs vs its eager run.
 // Scaled weights (matmul_scaled, NVFP4 / FP8 / FP8 per-row / FP8 128×128 blocks): every row of
 // T = 1 .. 300, fused and dequant paths, with and without split-K, == matmul_bf16 over the bf16
 // inner values (ref::scaled_inner_row) × ref::scaled_factor, bitwise; dequant_scaled == those
@@ -1023,6 +1024,39 @@ struct AttnCase {
   int64_t P, H, Hkv, D;
 };
 
+// The exactness contract's passes over positions [0, P): `chunk` rows per launch (0: all P)
+// with kernel `kern`; each must give the whole fused prefill's bits.
+struct AttnPass {
+  int64_t chunk;
+  bc::AttnKernel kern;
+  const char* name;
+};
+constexpr AttnPass kAttnPasses[] = {{1, bc::AttnKernel::Split, "decode T=1 split"},
+                                    {1, bc::AttnKernel::Fused, "decode T=1 fused"},
+                                    {1, bc::AttnKernel::Auto, "decode T=1 auto"},
+                                    {7, bc::AttnKernel::Fused, "prefill chunks of 7 fused"},
+                                    {33, bc::AttnKernel::Split, "prefill chunks of 33 split"},
+                                    {0, bc::AttnKernel::Split, "whole prefill split"},
+                                    {0, bc::AttnKernel::Fused, "whole prefill fused, again"}};
+
+// Shared by the attention tests: rows r0 .. P - 1 of the whole fused prefill `whole` against
+// ref::attention (`ra` set up for those rows, writing `ref`), 1e-2; then every pass of
+// kAttnPasses (run(chunk, kernel) gives its output) == `whole`, bitwise.
+template <class Run>
+void check_attention(const std::string& shape, basalt::AttentionArgs& ra, std::vector<float>& ref,
+                     const std::vector<float>& whole, int64_t r0, AttnCase c, Run&& run) {
+  basalt::ref::attention(ra);
+  const std::vector<float> got_tail(whole.begin() + r0 * c.H * c.D, whole.end());
+  const double e = row_err(got_tail, ref, (c.P - r0) * c.H, c.D);
+  check(e < 1e-2, shape + " prefill vs ref (" + std::to_string(c.P - r0) + " rows) " + fmt_err(e));
+  const size_t bytes = whole.size() * 4;
+  for (const AttnPass& ps : kAttnPasses) {
+    const auto got = run(ps.chunk ? ps.chunk : c.P, ps.kern);
+    check(same_bits(got.data(), whole.data(), bytes),
+          shape + " " + ps.name + " == whole prefill, bitwise");
+  }
+}
+
 void test_attention(AttnCase c, bool with_ref_all) {
   const int64_t P = c.P, H = c.H, Hkv = c.Hkv, D = c.D;
   const float scale = 1.0f / std::sqrt(float(D));
@@ -1082,28 +1116,7 @@ void test_attention(AttnCase c, bool with_ref_all) {
   ra.block_tables = tables.data();
   ra.pos = pos.data();
   ra.scale = scale;
-  basalt::ref::attention(ra);
-  const std::vector<float> got_tail(whole.begin() + r0 * H * D, whole.end());
-  const double e = row_err(got_tail, ref, (P - r0) * H, D);
-  check(e < 1e-2, shape + " prefill vs ref (" + std::to_string(P - r0) + " rows) " + fmt_err(e));
-
-  const size_t bytes = whole.size() * 4;
-  struct Variant {
-    int64_t chunk;
-    bc::AttnKernel kern;
-    const char* name;
-  };
-  for (Variant vr : {Variant{1, bc::AttnKernel::Split, "decode T=1 split"},
-                     Variant{1, bc::AttnKernel::Fused, "decode T=1 fused"},
-                     Variant{1, bc::AttnKernel::Auto, "decode T=1 auto"},
-                     Variant{7, bc::AttnKernel::Fused, "prefill chunks of 7 fused"},
-                     Variant{33, bc::AttnKernel::Split, "prefill chunks of 33 split"},
-                     Variant{P, bc::AttnKernel::Split, "whole prefill split"},
-                     Variant{P, bc::AttnKernel::Fused, "whole prefill fused, again"}}) {
-    const auto got = run(vr.chunk, vr.kern);
-    check(same_bits(got.data(), whole.data(), bytes),
-          shape + " " + vr.name + " == whole prefill, bitwise");
-  }
+  check_attention(shape, ra, ref, whole, r0, c, run);
 }
 
 // add_f32, add_bias, rope_angles, kv_write against host loops.
@@ -1246,6 +1259,87 @@ void test_paged_attention() {
                     ": batch of 2 sequences == each row alone on a contiguous cache, bitwise");
     }
   }
+}
+
+// Attention over an E4M3 cache (AttnArgs::k8/v8, paged only): one sequence's K/V rows written by
+// kv_write_fp8 into shuffled blocks of `bs` positions (2 spare blocks; unwritten rows NaN, so a
+// read past position P - 1 shows). Checked: the cache == ref::kv_fp8_encode, bitwise; the whole
+// fused prefill vs ref::attention over the same bytes (its F8_E4M3 path), 1e-2; every pass of
+// kAttnPasses == that prefill, bitwise (the exactness contract holds for both cache types).
+void test_fp8_attention(AttnCase c, bool with_ref_all, int64_t bs) {
+  const int64_t P = c.P, H = c.H, Hkv = c.Hkv, D = c.D;
+  const int64_t n_used = (P + bs - 1) / bs, nb = n_used + 2;
+  const float scale = 1.0f / std::sqrt(float(D));
+  std::vector<int32_t> ids(nb);
+  for (int64_t i = 0; i < nb; ++i) ids[i] = int32_t(i);
+  std::shuffle(ids.begin(), ids.end(), g_rng);
+  const std::vector<int32_t> table(ids.begin(), ids.begin() + n_used), row_table(P, 0);
+  std::vector<int32_t> slots(P), pos(P);
+  for (int64_t p = 0; p < P; ++p)
+    slots[p] = table[p / bs] * int32_t(bs) + int32_t(p % bs), pos[p] = int32_t(p);
+  auto q = rand_f32(P * H * D, -2, 2), k = rand_f32(P * Hkv * D, -2, 2),
+       v = rand_f32(P * Hkv * D, -2, 2);
+  // A block: codes [bs, Hkv, D] u8, then scales [bs, Hkv] f32.
+  const size_t cache_bytes = size_t(nb * bs * Hkv * (D + 4));
+  Dev<float> dq(q.size()), dk(k.size()), dv(v.size());
+  Dev<uint8_t> dkc(cache_bytes), dvc(cache_bytes);
+  Dev<uint16_t> dout(P * H * D);
+  Dev<int32_t> dslots(P), dpos(P), drt(P), dtab(n_used);
+  dq.up(q), dk.up(k), dv.up(v), dslots.up(slots), dpos.up(pos), drt.up(row_table), dtab.up(table);
+  dkc.poison(), dvc.poison();  // 0xff: NaN codes and scales
+  CK(bc::kv_write_fp8(dk.p, dv.p, dslots.p, P, Hkv, D, bs, dkc.p, dvc.p, nullptr));
+  const size_t ws_bytes = bc::attention_workspace_bytes(P, H, D, P);
+  Dev<float> ws(ws_bytes / 4 + 1);
+  const std::string shape = "fp8 attention P=" + std::to_string(P) + " H=" + std::to_string(H) +
+                            " Hkv=" + std::to_string(Hkv) + " D=" + std::to_string(D) +
+                            (bs != 64 ? " block=" + std::to_string(bs) : "");
+
+  // Pass over positions [0, P) in chunks of `chunk` rows with kernel `kern`; rows' positions
+  // from `pos`, as the engine's passes give them.
+  auto run = [&](int64_t chunk, bc::AttnKernel kern) {
+    dout.poison();
+    for (int64_t p0 = 0; p0 < P; p0 += chunk) {
+      bc::AttnArgs a;
+      a.q = dq.p + p0 * H * D, a.k8 = dkc.p, a.v8 = dvc.p, a.out = dout.p + p0 * H * D;
+      a.T = std::min(chunk, P - p0), a.H = H, a.Hkv = Hkv, a.D = D, a.scale = scale;
+      a.pos = dpos.p + p0, a.max_pos = p0 + a.T - 1;
+      a.tables = dtab.p, a.row_table = drt.p, a.table_stride = n_used, a.block_size = bs;
+      a.workspace = ws.p, a.workspace_bytes = ws_bytes;
+      CK(bc::attention(a, nullptr, kern));
+    }
+    return to_f32(dout.down());
+  };
+  const auto whole = run(P, bc::AttnKernel::Fused);
+
+  // Reference over the device's cache bytes: every row (small cases) or the last 3 rows.
+  const auto kc = dkc.down(), vc = dvc.down();
+  const int64_t r0 = with_ref_all ? 0 : P - 3;
+  std::vector<float> ref((P - r0) * H * D);
+  std::vector<const int32_t*> tables(size_t(P - r0), table.data());
+  std::vector<int64_t> ref_pos(size_t(P - r0));
+  for (int64_t t = 0; t < P - r0; ++t) ref_pos[size_t(t)] = r0 + t;
+  basalt::AttentionArgs ra;
+  ra.q = q.data() + r0 * H * D, ra.out = ref.data(), ra.k = kc.data(), ra.v = vc.data();
+  ra.T = P - r0, ra.H = H, ra.Hkv = Hkv, ra.D = D, ra.block_size = bs;
+  ra.block_tables = tables.data(), ra.pos = ref_pos.data(), ra.scale = scale;
+  ra.kv = basalt::DType::F8_E4M3;
+
+  // kv_write_fp8's promise: the host encoder's codes and scale for every (position, head).
+  bool enc_ok = true;
+  std::vector<uint8_t> codes(D);
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t h = 0; h < Hkv; ++h)
+      for (int kv = 0; kv < 2; ++kv) {
+        const void* base = kv ? vc.data() : kc.data();
+        const float s =
+            basalt::ref::kv_fp8_encode((kv ? v : k).data() + (p * Hkv + h) * D, D, codes.data());
+        const float got_s = ra.fp8_scale(base, 0, p, h);
+        enc_ok &=
+            same_bits(ra.fp8_codes(base, 0, p, h), codes.data(), D) && same_bits(&got_s, &s, 4);
+      }
+  check(enc_ok, shape + " kv_write_fp8 == ref::kv_fp8_encode (codes and scales), bitwise");
+
+  check_attention(shape, ra, ref, whole, r0, c, run);
 }
 
 // --- hybrid (Gated DeltaNet) and MoE ops ---------------------------------------------------
@@ -1805,6 +1899,12 @@ int main() {
   test_small_ops();
   test_argmax();
   test_paged_attention();
+  test_fp8_attention({200, 8, 2, 128}, true, 64);
+  test_fp8_attention({150, 4, 4, 64}, true, 64);
+  test_fp8_attention({130, 4, 2, 32}, true, 64);
+  test_fp8_attention({170, 8, 2, 256}, true, 64);
+  test_fp8_attention({1100, 32, 8, 128}, false, 64);
+  test_fp8_attention({200, 8, 2, 128}, true, 128);  // a block holds 2 chunks
   test_sigmoid_mul_gated_add();
   test_gated_rmsnorm();
   test_gdn({2, 4, 16, 24, 4});   // the golden qwen3_5 shape: Dv not a multiple of 32
