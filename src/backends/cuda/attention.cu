@@ -545,41 +545,36 @@ template <int D, bool F8>
 __device__ __forceinline__ void mma_issue_kv(const AttnArgs& a, const MmaTile& m, int64_t t_run,
                                              int64_t j0, int n, const MmaWarpSmem<D, F8>& sm, int b,
                                              int lane) {
-  const int64_t r0 = chunk_row(a, t_run, j0), stride = a.Hkv * D;
   if constexpr (!F8) {
-    const bf16_bits* kb = a.k + r0 * stride + m.hk * D;
-    const bf16_bits* vb = a.v + r0 * stride + m.hk * D;
+    const Bf16Rows src = chunk_rows<Bf16Rows>(a, t_run, m.hk, j0);
     const uint32_t ks_s = smem_addr(sm.ks(b)), vs_s = smem_addr(sm.vs(b));
 #pragma unroll 4
     for (int i = lane; i < kAttnChunk * D / 8; i += 32) {
       const int j = i / (D / 8), u = i % (D / 8);
       const int o = MmaSmem<D>::at(j, u) * 2;
       const bool in = j < n;
-      const int64_t go = in ? j * stride + u * 8 : 0;
-      cp_async16_s(ks_s + o, kb + go, in ? 16 : 0);
-      cp_async16_s(vs_s + o, vb + go, in ? 16 : 0);
+      const int64_t go = in ? j * src.stride + u * 8 : 0;
+      cp_async16_s(ks_s + o, src.k + go, in ? 16 : 0);
+      cp_async16_s(vs_s + o, src.v + go, in ? 16 : 0);
     }
-  } else {  // the block layout of chunk_rows: codes [block_size, Hkv, D], then f32 scales
-    const int64_t slot = r0 % a.block_size;
-    const int64_t base = (r0 / a.block_size) * a.block_size * a.Hkv * (D + 4);
-    const int64_t row0 = base + slot * stride + m.hk * D;
+  } else {
+    const Fp8Rows src = chunk_rows<Fp8Rows>(a, t_run, m.hk, j0);
     const uint32_t kc_s = smem_addr(sm.kc(b)), vc_s = smem_addr(sm.vc(b));
 #pragma unroll 4
     for (int i = lane; i < kAttnChunk * D / 16; i += 32) {
       const int j = i / (D / 16), u = i % (D / 16);
       const bool in = j < n;
-      const int64_t go = in ? row0 + j * stride + u * 16 : 0;
-      cp_async16_s(kc_s + i * 16, a.k8 + go, in ? 16 : 0);
-      cp_async16_s(vc_s + i * 16, a.v8 + go, in ? 16 : 0);
+      const int64_t go = in ? j * src.stride + u * 16 : 0;
+      cp_async16_s(kc_s + i * 16, src.k + go, in ? 16 : 0);
+      cp_async16_s(vc_s + i * 16, src.v + go, in ? 16 : 0);
     }
-    const int64_t so = base + a.block_size * stride + (slot * a.Hkv + m.hk) * 4;
     const uint32_t ksc_s = smem_addr(sm.ksc(b)), vsc_s = smem_addr(sm.vsc(b));
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int j = lane + 32 * half;
-      const int64_t go = j < n ? so + int64_t(j) * a.Hkv * 4 : so;
-      cp_async4_s(ksc_s + j * 4, a.k8 + go, j < n ? 4 : 0);
-      cp_async4_s(vsc_s + j * 4, a.v8 + go, j < n ? 4 : 0);
+      const int64_t go = j < n ? j * src.sstride : 0;
+      cp_async4_s(ksc_s + j * 4, src.ks + go, j < n ? 4 : 0);
+      cp_async4_s(vsc_s + j * 4, src.vs + go, j < n ? 4 : 0);
     }
   }
   cp_async_commit();
@@ -891,17 +886,6 @@ __global__ void __launch_bounds__(32)
   });
 }
 
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      v = 0;
-    return v > 0 ? v : 132;
-  }();
-  return n;
-}
-
 template <int D, bool F8>
 cudaError_t launch_mma(const AttnArgs& a, cudaStream_t s, bool split) {
   const int64_t n_tiles = mma_tiles(a.T, a.H / a.Hkv);
@@ -945,8 +929,7 @@ cudaError_t launch(const AttnArgs& a, cudaStream_t s, bool split) {
 
 }  // namespace
 
-bool attention_may_split(int64_t T, int64_t H, int64_t Hkv, int64_t D, bool fp8) {
-  (void)fp8;  // both caches take the same path for a head size
+bool attention_may_split(int64_t T, int64_t H, int64_t Hkv, int64_t D) {
   if (mma_path(D)) return Hkv * mma_tiles(T, H / Hkv) < kMmaSplitMaxTiles;
   return T * H < kAttnSplitMaxWarps;
 }
@@ -969,8 +952,7 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t s, AttnKernel kernel) {
   // Split when too few warps would walk the chunks and the context has several chunks.
   const bool split = kernel == AttnKernel::Split ||
                      (kernel == AttnKernel::Auto && ws_ok &&
-                      attention_may_split(a.T, a.H, a.Hkv, a.D, a.k8 != nullptr) &&
-                      n_chunks(max_pos_of(a)) > 1);
+                      attention_may_split(a.T, a.H, a.Hkv, a.D) && n_chunks(max_pos_of(a)) > 1);
   if (mma_path(a.D)) {
     if (a.k8)
       return a.D == 128 ? launch_mma<128, true>(a, s, split) : launch_mma<64, true>(a, s, split);

@@ -501,9 +501,9 @@ class CudaBackend final : public Backend {
     // The split kernel's workspace grows with T × context: only passes that may take it
     // (cuda::attention's Auto choice, or a recipe's split) get one; the others run the fused
     // kernel (same bits).
-    const bool may_split = kernel == AttnKernel::Split ||
-                           (kernel == AttnKernel::Auto &&
-                            cuda::attention_may_split(a.T, a.H, a.Hkv, a.D, fp8));
+    const bool may_split =
+        kernel == AttnKernel::Split ||
+        (kernel == AttnKernel::Auto && cuda::attention_may_split(a.T, a.H, a.Hkv, a.D));
     const size_t ws = may_split ? attention_workspace_bytes(a.T, a.H, a.D, max_pos_ + 1) : 0;
     grow(ws_, ws_bytes_, ws, "attention");
     c.workspace = ws ? static_cast<float*>(ws_) : nullptr;

@@ -230,8 +230,9 @@ struct AttnArgs {
 // Auto splits over the KV chunks only when fewer (row, head) warps than this would fill the chip
 // (the CUDA-core kernels; the tensor-core path counts its 16-row tiles).
 constexpr int64_t kAttnSplitMaxWarps = 2048;
-// Whether Auto may split a pass of this shape (then it needs the workspace).
-bool attention_may_split(int64_t T, int64_t H, int64_t Hkv, int64_t D, bool fp8);
+// Whether Auto may split a pass of this shape (then it needs the workspace); the same for both
+// cache types.
+bool attention_may_split(int64_t T, int64_t H, int64_t Hkv, int64_t D);
 size_t attention_workspace_bytes(int64_t T, int64_t H, int64_t D, int64_t n_pos);
 cudaError_t attention(const AttnArgs& a, cudaStream_t s, AttnKernel kernel = AttnKernel::Auto);
 

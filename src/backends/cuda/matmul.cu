@@ -1628,17 +1628,6 @@ __global__ void __launch_bounds__(NTOK <= 2 ? 512 : 256) matmul_frag_kernel(cons
   });
 }
 
-int sm_count() {
-  static int n = [] {
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v <= 0)
-      return 132;
-    return v;
-  }();
-  return n;
-}
-
 template <int NTOK>
 cudaError_t launch_frag_t(FragArgs a, int segs, bool split, cudaStream_t s) {
   auto* kern = matmul_frag_kernel<NTOK>;

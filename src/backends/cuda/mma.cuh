@@ -1,6 +1,7 @@
 // Tensor-core building blocks shared by the matrix products (matmul.cu) and attention
-// (attention.cu): async copies into shared memory, ldmatrix, and the one mma instruction every
-// exact reduction of basalt's CUDA backend is built from.
+// (attention.cu): launch helpers (shared-memory limit, SM count), async copies into shared
+// memory, ldmatrix, and the one mma instruction every exact reduction of basalt's CUDA backend is
+// built from.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -18,6 +19,19 @@ inline cudaError_t allow_smem(size_t bytes) {
       cudaFuncSetAttribute(Kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
   done = e == cudaSuccess;
   return e;
+}
+
+// The current device's SM count (read once; 132, the H200's, if the query fails): grids sized
+// to fill the chip.
+inline int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v <= 0)
+      return 132;
+    return v;
+  }();
+  return n;
 }
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
