@@ -70,7 +70,9 @@ struct PassRows {
 
 // Causal attention of T query rows over a paged KV cache. Row t belongs to a sequence whose
 // block table is block_tables[t]; it sits at position pos[t] and attends to keys 0..pos[t]
-// (its own key included: K/V rows of the pass are written to the cache first). block_tables
+// (its own key included: K/V rows of the pass are written to the cache first), or, with
+// block_last ≥ 0, to keys 0..block_last: a non-causal block (a DSpark drafter's block of draft
+// rows sees all of itself; backends that can: Backend::supports_block_attention). block_tables
 // and pos are the pass's host arrays (PassRows); a device backend uses its own copies.
 // KV cache element types: the backend's native one (f32 on the CPU, bf16 on CUDA), or
 // F8_E4M3 with an f32 scale per (position, KV head): k ≈ e4m3(code) · s, s = amax / 448 of
@@ -85,7 +87,11 @@ struct AttentionArgs {
   const int32_t* const* block_tables = nullptr;  // [T] → the row's block ids
   const int64_t* pos = nullptr;                  // [T]
   float scale = 1.0f;
-  DType kv = DType::F32;  // the cache's element type (the backend's kv_dtype())
+  DType kv = DType::F32;    // the cache's element type (the backend's kv_dtype())
+  int64_t block_last = -1;  // ≥ 0: every row attends keys 0..block_last (see above)
+
+  // The keys row t attends: 0 .. keys(t) - 1.
+  int64_t keys(int64_t t) const { return (block_last >= 0 ? block_last : pos[t]) + 1; }
 
   // Where key/value j of row t starts (host backends: f32 cache).
   const float* key(int64_t t, int64_t j) const {
@@ -175,6 +181,10 @@ class Backend {
   virtual void download(void* dst, const void* src, size_t bytes) = 0;
   // Backend → backend copy (queued like an op; the default bounces through host memory).
   virtual void copy(void* dst, const void* src, size_t bytes);
+  // `rows` runs of `bytes` bytes from src (one every src_stride bytes) to dst (one every
+  // dst_stride bytes), in order on the queue. Default: one copy() a row.
+  virtual void copy_rows(void* dst, size_t dst_stride, const void* src, size_t src_stride,
+                         size_t bytes, int64_t rows);
   // y[n] (f32) = x[n] (act_dtype()), both in backend memory, queued like an op (the default
   // bounces through host memory).
   virtual void act_to_f32(const void* x, float* y, int64_t n);
@@ -244,6 +254,8 @@ class Backend {
   // A backend without them says so here; models that need them are refused at load.
   virtual bool supports_hybrid() const { return false; }
   virtual bool supports_moe() const { return false; }
+  // AttentionArgs::block_last (non-causal blocks: DSpark drafters).
+  virtual bool supports_block_attention() const { return false; }
   // Whether routed-expert matrices of this dtype can run (checked at load).
   virtual bool supports_expert_weight(DType t) const { return supports_weight(t); }
   // y[i] *= sigmoid(gate[i])   (y act_dtype, gate f32): the gated attention output.
@@ -316,6 +328,7 @@ class HostBackend : public Backend {
   void argmax_rows(const float* x, int64_t rows, int64_t n, int32_t* out) override;
   bool supports_hybrid() const override { return true; }
   bool supports_moe() const override { return true; }
+  bool supports_block_attention() const override { return true; }
   void sigmoid_mul(void* y, const float* gate, int64_t n) override;
   void gated_add(float* y, const float* s, const float* g, int64_t T, int64_t n) override;
   // Rows grouped by expert, each group one matmul of this backend (exact: a row's products do

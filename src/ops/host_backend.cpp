@@ -54,6 +54,13 @@ void Backend::copy(void* dst, const void* src, size_t bytes) {
   upload(dst, tmp.data(), bytes);
 }
 
+void Backend::copy_rows(void* dst, size_t dst_stride, const void* src, size_t src_stride,
+                        size_t bytes, int64_t rows) {
+  for (int64_t r = 0; r < rows; ++r)
+    copy(static_cast<char*>(dst) + size_t(r) * dst_stride,
+         static_cast<const char*>(src) + size_t(r) * src_stride, bytes);
+}
+
 void Backend::act_to_f32(const void* x, float* y, int64_t n) {
   const DType t = act_dtype();
   std::vector<uint8_t> in(dtype_bytes(t, size_t(n)));

@@ -229,7 +229,7 @@ class CpuBackend final : public HostBackend {
   void attention(const AttentionArgs& a) override {
     const int64_t n = a.T * a.H;
     int64_t keys = 0;
-    for (int64_t t = 0; t < a.T; ++t) keys += a.pos[t] + 1;
+    for (int64_t t = 0; t < a.T; ++t) keys += a.keys(t);
     const int64_t work = 2 * keys * a.H * a.D;
     const int64_t blocks = std::clamp<int64_t>(work / kMinTaskWork, 1, 8 * int64_t(pool_.size()));
     const int64_t per = (n + blocks - 1) / blocks;

@@ -439,7 +439,7 @@ void AttentionTasks(const AttentionArgs& a, int64_t i0, int64_t i1) {
   thread_local std::vector<const float*> rows;  // f32 cache: keys 0..n-1 of row t, then values
   int64_t rows_t = -1;
   for (int64_t i = i0; i < i1; ++i) {
-    const int64_t t = i / a.H, h = i % a.H, hk = h / group, n = a.pos[t] + 1;
+    const int64_t t = i / a.H, h = i % a.H, hk = h / group, n = a.keys(t);
     if (s.size() < size_t(n)) s.resize(size_t(n));
     const float* q = a.q + i * D;
     float* o = static_cast<float*>(a.out) + i * D;

@@ -472,6 +472,8 @@ class CudaBackend final : public Backend {
     });
   }
   void attention(const AttentionArgs& a) override {
+    if (a.block_last >= 0)  // supports_block_attention() is false: callers check it first
+      fail("[cuda] non-causal block attention (DSpark drafters) is not implemented on CUDA yet");
     const bool fp8 = kv_ == DType::F8_E4M3;
     attention_run(a,
                   choices_.empty() ? AttnKernel::Auto

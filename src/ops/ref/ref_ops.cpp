@@ -126,7 +126,7 @@ void attention(const AttentionArgs& a) {
   const bool fp8 = a.kv == DType::F8_E4M3;
   std::vector<float> row(static_cast<size_t>(a.D));
   for (int64_t t = 0; t < a.T; ++t) {
-    const int64_t n_keys = a.pos[t] + 1;
+    const int64_t n_keys = a.keys(t);
     std::vector<float> s(static_cast<size_t>(n_keys));
     for (int64_t h = 0; h < a.H; ++h) {
       const int64_t hk = h / group;
