@@ -542,7 +542,10 @@ ModelWeights bind_weights(const io::Checkpoint& ck, const ModelConfig& c) {
 }  // namespace
 }  // namespace models
 
-std::unique_ptr<Model> model_from_checkpoint(io::Checkpoint ck) {
+namespace {
+// dspark: the backbone of a DSpark drafter (Qwen3DSparkModel: Qwen3 decoder layers, tensors
+// without the "model." prefix; src/engine/dspark.h), which is not a model of its own.
+std::unique_ptr<Model> from_checkpoint(io::Checkpoint ck, bool dspark) {
   using namespace models;
   ModelConfig c;
   if (ck.format == io::CheckpointFormat::Gguf) {
@@ -569,6 +572,12 @@ std::unique_ptr<Model> model_from_checkpoint(io::Checkpoint ck) {
       cls = (*it)[0].get<std::string>();
     else
       fail("[config] {}: missing key 'architectures'", file);
+    if (dspark && cls != "Qwen3DSparkModel")
+      fail("[spec] {}: '{}' is not a DSpark drafter (Qwen3DSparkModel)", file, cls);
+    if (!dspark && cls == "Qwen3DSparkModel")
+      fail("[models] {}: '{}' is a DSpark drafter, not a model: use it with --spec dspark:PATH",
+           file, cls);
+    if (dspark) cls = "Qwen3ForCausalLM";
     const ArchSpec* spec = nullptr;
     for (const ArchSpec* s : arch_all())
       for (const auto& n : s->hf_classes)
@@ -579,8 +588,9 @@ std::unique_ptr<Model> model_from_checkpoint(io::Checkpoint ck) {
           "Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen3NextForCausalLM, Qwen3_5ForCausalLM, "
           "Qwen3_5MoeForCausalLM, Qwen3_5(Moe)ForConditionalGeneration)",
           file, cls);
-    c.hf_class = cls;
+    c.hf_class = dspark ? "Qwen3DSparkModel" : cls;
     spec->from_hf(ck.config, file, c);
+    if (dspark) c.tensor_prefix = "";
     if (ck.tensors.size() == 0) fail("[models] {}: no model.safetensors", ck.path);
     // generation_config.json's eos list wins over config.json's (as in transformers).
     auto gen_eos = cfg_token_ids(ck.generation_config, "eos_token_id");
@@ -592,6 +602,16 @@ std::unique_ptr<Model> model_from_checkpoint(io::Checkpoint ck) {
   spdlog::info("loaded {} ({}): {} layers, hidden {}, heads {}/{}, head_dim {}, vocab {}", ck.path,
                c.hf_class, c.n_layers, c.hidden, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab);
   return std::make_unique<Model>(std::move(c), std::move(w), std::move(ck));
+}
+
+}  // namespace
+
+std::unique_ptr<Model> model_from_checkpoint(io::Checkpoint ck) {
+  return from_checkpoint(std::move(ck), false);
+}
+
+std::unique_ptr<Model> dspark_backbone(io::Checkpoint ck) {
+  return from_checkpoint(std::move(ck), true);
 }
 
 std::unique_ptr<Model> model_load(const std::string& path) {

@@ -143,8 +143,29 @@ class Model {
                float* logits, bool all_logits, int32_t* argmax = nullptr,
                bool keep_hidden = false);
   // The last keep_hidden pass's final hidden states, [T, E] in the backend's memory and
-  // act_dtype(), the rows in the pass's order.
+  // act_dtype(), the rows in the pass's order; with taps set (below), the tapped rows instead.
   const void* hidden_rows() const { return hidden_; }
+  // Taps for DSpark drafters: with layers set, keep_hidden passes keep for each row the
+  // residual stream after each of these layers (-1: the embedding output), concatenated in
+  // this order, [T, taps · E] f32 at hidden_rows(), instead of the final hidden state. Layer
+  // ids ascend in [-1, n_layers - 2] (transformers' output_hidden_states[l + 1]; its last
+  // entry is after the final norm, so the last layer is not offered).
+  void set_taps(std::vector<int64_t> layers);
+  const std::vector<int64_t>& taps() const { return taps_; }
+  // Bytes of one row of hidden_rows() on `be`.
+  size_t hidden_row_bytes(const Backend& be) const;
+
+  // DSpark backbones (src/engine/dspark.h). forward_context: rows at positions
+  // [seq.length, seq.length + n) whose K/V in every layer come from `ctx` ([n, E], act_dtype,
+  // backend memory: the drafter's projected target features; no input norm, no attention, no
+  // output); `tokens`: the text at those positions (the pool's bookkeeping).
+  void forward_context(Backend& be, KvPool& pool, KvSequence& seq, std::span<const int32_t> tokens,
+                       const void* ctx);
+  // forward_block: a pass of `tokens` (all logits, hidden rows kept) whose rows attend as one
+  // non-causal block: each sees every key up to the block's last position
+  // (Backend::supports_block_attention).
+  void forward_block(Backend& be, KvPool& pool, KvSequence& seq, std::span<const int32_t> tokens,
+                     float* logits);
 
   // The MTP head as a model of its own (one decoder layer; the embedding and LM head are this
   // model's, shared on a backend where this model is bound), or null when the checkpoint has
@@ -227,6 +248,8 @@ class Model {
   std::shared_ptr<const MtpWeights> mtp_in_;
   const Model* base_ = nullptr;
   const float* mtp_hidden_ = nullptr;
+  std::vector<int64_t> taps_;  // set_taps
+  bool block_ = false;         // forward_block's pass is running
   // keep_hidden passes' output (backend memory).
   void* hidden_ = nullptr;
   uint64_t hidden_be_ = 0;  // Backend::id() of hidden_
@@ -245,5 +268,8 @@ class Model {
 // Throws basalt::Error naming the file and the problem for every bad input.
 std::unique_ptr<Model> model_load(const std::string& path);
 std::unique_ptr<Model> model_from_checkpoint(io::Checkpoint ckpt);
+// The decoder layers of a DSpark drafter's checkpoint (Qwen3DSparkModel: Qwen3 layers, tensor
+// names without "model."; its other tensors are the drafter's, src/engine/dspark.h).
+std::unique_ptr<Model> dspark_backbone(io::Checkpoint ckpt);
 
 }  // namespace basalt

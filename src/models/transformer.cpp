@@ -367,6 +367,75 @@ void Model::forward_mtp(Backend& be, KvPool& pool, KvSequence& seq,
   mtp_hidden_ = nullptr;
 }
 
+void Model::set_taps(std::vector<int64_t> layers) {
+  for (size_t i = 0; i < layers.size(); ++i)
+    if (layers[i] < -1 || layers[i] > cfg_.n_layers - 2 || (i > 0 && layers[i] <= layers[i - 1]))
+      fail("[model] taps must ascend in [-1, {}] (the model has {} layers); got layer {}",
+           cfg_.n_layers - 2, cfg_.n_layers, layers[i]);
+  taps_ = std::move(layers);
+}
+
+size_t Model::hidden_row_bytes(const Backend& be) const {
+  return taps_.empty() ? dtype_bytes(be.act_dtype(), size_t(cfg_.hidden))
+                       : taps_.size() * size_t(cfg_.hidden) * sizeof(float);
+}
+
+void Model::forward_block(Backend& be, KvPool& pool, KvSequence& seq,
+                          std::span<const int32_t> tokens, float* logits) {
+  if (!be.supports_block_attention())
+    fail("[model] the {} backend has no non-causal block attention (DSpark drafters)", be.name());
+  if (!taps_.empty()) fail("[model] a DSpark backbone does not tap its own layers");
+  block_ = true;
+  try {
+    forward(be, pool, seq, tokens, logits, true, nullptr, true);
+  } catch (...) {
+    block_ = false;
+    throw;
+  }
+  block_ = false;
+}
+
+void Model::forward_context(Backend& be, KvPool& pool, KvSequence& seq,
+                            std::span<const int32_t> tokens, const void* ctx) {
+  const ModelConfig& c = cfg_;
+  const int64_t n = int64_t(tokens.size()), Hkv = c.n_kv_heads, D = c.head_dim;
+  if (n == 0) return;
+  if (pool.has_state() || !c.linear_layers.empty() || mtp_in_)
+    fail("[model] context rows are for DSpark backbones (attention layers only)");
+  if (!pool.reserve(seq, n))
+    fail("[model] the KV cache is full: {} + {} positions do not fit", seq.length, n);
+  ids_.assign(tokens.begin(), tokens.end());
+  pos_.clear(), tables_.clear(), table_sizes_.clear();
+  for (int64_t i = 0; i < n; ++i) {
+    pos_.push_back(seq.length + i);
+    tables_.push_back(seq.blocks.data());
+    table_sizes_.push_back(int64_t(seq.blocks.size()));
+  }
+  bind(be);
+  ensure_scratch(be, n, 1);
+  PassRows pr;
+  pr.T = n, pr.ids = ids_.data(), pr.pos = pos_.data(), pr.tables = tables_.data();
+  pr.table_sizes = table_sizes_.data(), pr.block_size = pool.block_size();
+  be.begin_pass(pr);
+  Scratch& s = scratch_;
+  const Bound& w = bound_;
+  const uint64_t key = 0x9e3779b97f4a7c15ull ^ (uint64_t(n) << 20) ^ s.generation ^
+                       reinterpret_cast<uintptr_t>(pool.k(0)) ^ reinterpret_cast<uintptr_t>(ctx);
+  be.run(key, [&] {
+    be.rope_angles(w.inv_freq, c.rope.dim / 2, s.cos, s.sin);
+    for (const BoundLayer& L : w.layers) {
+      be.matmul(ctx, n, L.wk, s.k);
+      be.matmul(ctx, n, L.wv, s.v);
+      if (L.bk) be.add_bias(s.k, L.bk, n, Hkv * D);
+      if (L.bv) be.add_bias(s.v, L.bv, n, Hkv * D);
+      if (c.qk_norm) be.head_rmsnorm(s.k, L.k_norm, n * Hkv, D, c.rms_eps);
+      be.rope(s.k, n, Hkv, D, c.rope.dim, s.cos, s.sin, c.rope.style);
+      be.kv_write(s.k, s.v, pool.k(L.cache_layer), pool.v(L.cache_layer), Hkv, D);
+    }
+  });
+  pool.commit(seq, tokens);
+}
+
 void Model::copy_state(Backend& be, KvPool& pool, int32_t dst, int32_t src) {
   const size_t cb = pool.conv_slot_bytes(), rb = pool.rec_slot_bytes();
   for (int64_t l = 0; l < pool.state_spec().layers; ++l) {
@@ -413,6 +482,7 @@ void Model::attention_block(Backend& be, KvPool& pool, const BoundLayer& L, int6
   a.pos = pos_.data() + first;
   a.scale = scale;
   a.kv = be.kv_dtype();
+  if (block_) a.block_last = pos_.back();  // forward_block: one sequence, rows in order
   be.attention(a);
   if (L.wq_gate.data) be.sigmoid_mul(att, s.qgate + first * H * D, n * H * D);
   be.matmul(att, n, L.wo, s.o + first * E);
@@ -515,8 +585,8 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
   }
   const int64_t T = int64_t(ids_.size());
   if (T == 0) return;
-  if (keep_hidden) {  // every row's final hidden state, in a buffer of its own
-    const size_t need = dtype_bytes(be.act_dtype(), size_t(T * c.hidden));
+  if (keep_hidden) {  // every row's final hidden state (or its taps), in a buffer of its own
+    const size_t need = size_t(T) * hidden_row_bytes(be);
     if (hidden_be_ != be.id() || hidden_bytes_ < need) {
       if (hidden_be_ == be.id()) be.dealloc(hidden_);  // (another backend's: left, as scratch)
       hidden_ = be.alloc(need);
@@ -551,6 +621,8 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
   mix(argmax ? 1 : 0);
   mix(keep_hidden ? reinterpret_cast<uintptr_t>(hidden_) : 0);
   mix(reinterpret_cast<uintptr_t>(mtp_hidden_));
+  mix(keep_hidden ? taps_.size() : 0), mix(block_ ? 1 : 0);
+  for (const int64_t l : taps_) mix(uint64_t(l + 1));
   int32_t* ids_out = be.host_memory() ? argmax : s.argmax;
   float* out = be.host_memory() ? logits : s.logits;
 
@@ -578,12 +650,23 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
       be.add(s.x, s.o, T * E);
     }
     be.rope_angles(w.inv_freq, half, s.cos, s.sin);
+    // Taps: the residual stream after layer `l` (-1: the embedding) into column block i.
+    const bool tapping = keep_hidden && !taps_.empty();
+    auto tap = [&](int64_t l) {
+      for (size_t i = 0; tapping && i < taps_.size(); ++i)
+        if (taps_[i] == l)
+          be.copy_rows(static_cast<char*>(hidden_) + i * size_t(E) * 4,
+                       taps_.size() * size_t(E) * 4, s.x, size_t(E) * 4, size_t(E) * 4, T);
+    };
+    tap(-1);
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const BoundLayer& L = w.layers[size_t(l)];
-      if (l == 0)
+      if (l == 0) {
         be.rmsnorm(s.x, L.attn_norm, s.xn, T, E, c.rms_eps);
-      else  // the previous layer's MLP output joins the residual stream
+      } else {  // the previous layer's MLP output joins the residual stream
         be.add_rmsnorm(s.x, s.o, L.attn_norm, s.xn, T, E, c.rms_eps);
+        tap(l - 1);
+      }
       const int64_t f = l == c.n_layers - 1 ? last_first : 0, n = T - f;  // rows [f, T)
       if (c.is_linear(l)) {
         gdn_block(be, pool, L, T);
@@ -602,7 +685,7 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
     }
     be.add(s.x + last_first * E, s.o + last_first * E, (T - last_first) * E);
     // keep_hidden: the final norm of every row, kept apart.
-    if (keep_hidden) be.rmsnorm(s.x, w.out_norm, hidden_, T, E, c.rms_eps);
+    if (keep_hidden && !tapping) be.rmsnorm(s.x, w.out_norm, hidden_, T, E, c.rms_eps);
     // Final norm and LM head on the rows that need logits only.
     int64_t r = 0, first = 0;
     for (const BatchItem& it : batch) {
