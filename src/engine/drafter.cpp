@@ -79,41 +79,40 @@ std::vector<int32_t> ModelDrafter::draft(std::span<const int32_t> h, int64_t k) 
   return d;
 }
 
-MtpDrafter::MtpDrafter(std::shared_ptr<Model> head, Backend& be, int64_t max_context,
-                       std::shared_ptr<KvPool> pool)
-    : head_(std::move(head)), be_(be), pool_(std::move(pool)) {
-  if (!head_ || !head_->is_mtp_head()) fail("[spec] mtp: no MTP head given");
-  E_ = head_->config().hidden;
-  head_->check_backend(be_);
-  if (!pool_) pool_ = head_->new_kv_pool(be_, std::min(max_context, head_->config().max_context));
-  hidden_ = static_cast<float*>(be_.alloc(size_t(E_) * sizeof(float)));
-  logits_.resize(size_t(head_->config().vocab));
-}
+HiddenStateDrafter::HiddenStateDrafter(Backend& be, std::shared_ptr<KvPool> pool,
+                                       int64_t row_floats, bool act_rows)
+    : be_(be), pool_(std::move(pool)), row_(row_floats), act_rows_(act_rows) {}
 
-MtpDrafter::~MtpDrafter() {
+HiddenStateDrafter::~HiddenStateDrafter() {
   if (pool_) pool_->release(seq_);
   if (staged_) be_.dealloc(staged_);
-  if (hidden_) be_.dealloc(hidden_);
 }
 
-void MtpDrafter::reserve_rows(int64_t rows) {
+void HiddenStateDrafter::reserve_rows(int64_t rows) {
   if (rows <= cap_) return;
   const int64_t cap = std::max(rows, 2 * cap_);
-  auto* p = static_cast<float*>(be_.alloc(size_t(cap * E_) * sizeof(float)));
-  if (n_staged_ > 0) be_.copy(p, staged_, size_t(n_staged_ * E_) * sizeof(float));
+  auto* p = static_cast<float*>(be_.alloc(size_t(cap * row_) * sizeof(float)));
+  if (n_staged_ > 0) be_.copy(p, staged_, size_t(n_staged_ * row_) * sizeof(float));
   if (staged_) be_.dealloc(staged_);
   staged_ = p, cap_ = cap;
 }
 
-void MtpDrafter::restart(int64_t at) {
+void HiddenStateDrafter::restart(int64_t at) {
   pool_->release(seq_);
   seq_ = KvSequence{};
   offset_ = at;
   n_staged_ = 0;
 }
 
-void MtpDrafter::observe(const void* hidden, std::span<const int32_t> tokens, int64_t first,
-                         bool final) {
+void HiddenStateDrafter::drop_staged(int64_t m) {
+  // The rows not run yet move to the front (one row at a time: the regions never overlap).
+  const size_t row = size_t(row_) * sizeof(float);
+  for (int64_t i = 0; i < n_staged_ - m; ++i) be_.copy(staged_row(i), staged_row(m + i), row);
+  n_staged_ -= m;
+}
+
+void HiddenStateDrafter::observe(const void* hidden, std::span<const int32_t> tokens, int64_t first,
+                                 bool final) {
   const int64_t n = int64_t(tokens.size());
   if (n == 0) return;
   if (first < offset_) {
@@ -129,12 +128,50 @@ void MtpDrafter::observe(const void* hidden, std::span<const int32_t> tokens, in
   known_.resize(size_t(first), -1);
   known_.insert(known_.end(), tokens.begin(), tokens.end());
   reserve_rows(n_staged_ + n);
-  be_.act_to_f32(hidden, staged_ + n_staged_ * E_, n * E_);
+  if (act_rows_)
+    be_.act_to_f32(hidden, staged_row(n_staged_), n * row_);
+  else
+    be_.copy(staged_row(n_staged_), hidden, size_t(n * row_) * sizeof(float));
   n_staged_ += n;
-  if (final) {
-    int32_t next;
-    catch_up(&next);
+  if (final) observed_final();
+}
+
+void HiddenStateDrafter::rewind(int64_t N) {
+  if (end() > N - 1) {
+    if (N - 1 < offset_) {
+      restart(N - 1);
+    } else {
+      pool_->truncate(seq_, N - 1 - offset_);
+      n_staged_ = 0;
+    }
   }
+  n_staged_ = std::max<int64_t>(0, std::min(n_staged_, N - 1 - end()));
+}
+
+namespace {
+std::shared_ptr<KvPool> own_pool(const Model& m, Backend& be, int64_t max_context,
+                                 std::shared_ptr<KvPool> pool, int64_t extra = 0) {
+  m.check_backend(be);
+  return pool ? pool : m.new_kv_pool(be, std::min(max_context, m.config().max_context) + extra);
+}
+const Model& mtp_checked(const std::shared_ptr<Model>& head) {
+  if (!head || !head->is_mtp_head()) fail("[spec] mtp: no MTP head given");
+  return *head;
+}
+}  // namespace
+
+MtpDrafter::MtpDrafter(std::shared_ptr<Model> head, Backend& be, int64_t max_context,
+                       std::shared_ptr<KvPool> pool)
+    : HiddenStateDrafter(be, own_pool(mtp_checked(head), be, max_context, std::move(pool)),
+                         head->config().hidden, true),
+      head_(std::move(head)) {
+  E_ = head_->config().hidden;
+  hidden_ = static_cast<float*>(be_.alloc(size_t(E_) * sizeof(float)));
+  logits_.resize(size_t(head_->config().vocab));
+}
+
+MtpDrafter::~MtpDrafter() {
+  if (hidden_) be_.dealloc(hidden_);
 }
 
 int64_t MtpDrafter::catch_up(int32_t* next) {
@@ -143,10 +180,7 @@ int64_t MtpDrafter::catch_up(int32_t* next) {
   if (m <= 0) return 0;
   head_->forward_mtp(be_, *pool_, seq_, std::span(known_).subspan(size_t(L + 1), size_t(m)),
                      staged_, logits_.data(), false, next, true);
-  // The rows not run yet move to the front (one row at a time: the regions never overlap).
-  const size_t row = size_t(E_) * sizeof(float);
-  for (int64_t i = 0; i < n_staged_ - m; ++i) be_.copy(staged_ + i * E_, staged_ + (m + i) * E_, row);
-  n_staged_ -= m;
+  drop_staged(m);
   be_.act_to_f32(static_cast<const char*>(head_->hidden_rows()) +
                      size_t(m - 1) * dtype_bytes(be_.act_dtype(), size_t(E_)),
                  hidden_, E_);
@@ -157,17 +191,7 @@ std::vector<int32_t> MtpDrafter::draft(std::span<const int32_t> h, int64_t k) {
   const int64_t N = int64_t(h.size());
   if (k <= 0 || N < 2) return {};
   known_.assign(h.begin(), h.end());
-  // The target has run positions < N - 1 (h[N - 1] is the token its next pass starts with):
-  // entries and staged rows past that belong to drafts that were not kept.
-  if (end() > N - 1) {
-    if (N - 1 < offset_) {
-      restart(N - 1);
-    } else {
-      pool_->truncate(seq_, N - 1 - offset_);
-      n_staged_ = 0;
-    }
-  }
-  n_staged_ = std::max<int64_t>(0, std::min(n_staged_, N - 1 - end()));
+  rewind(N);
   int32_t next = -1;
   if (catch_up(&next) == 0 || end() != N - 1) return {};
   std::vector<int32_t> d{next};
@@ -179,6 +203,75 @@ std::vector<int32_t> MtpDrafter::draft(std::span<const int32_t> h, int64_t k) {
   }
   pool_->truncate(seq_, N - 1 - offset_);
   return d;
+}
+
+DSparkDrafter::DSparkDrafter(std::shared_ptr<const DSparkHead> head, Backend& be,
+                             int64_t max_context, std::shared_ptr<KvPool> pool,
+                             float min_confidence)
+    : HiddenStateDrafter(be,
+                         own_pool(*head->backbone, be, max_context, std::move(pool), head->block),
+                         int64_t(head->taps.size()) * head->E, false),
+      head_(std::move(head)),
+      min_conf_(min_confidence) {
+  if (!be.supports_block_attention())
+    fail(
+        "[spec] dspark: the {} backend has no non-causal block attention yet (DSpark drafts on "
+        "the CPU backends)",
+        be.name());
+  if (be.act_dtype() != DType::F32)
+    fail("[spec] dspark: the {} backend's activations are not f32", be.name());
+}
+
+DSparkDrafter::~DSparkDrafter() {
+  if (ctx_) be_.dealloc(ctx_);
+  if (proj_) be_.dealloc(proj_);
+}
+
+std::vector<int64_t> DSparkDrafter::taps() const {
+  return head_->taps;
+}
+
+std::vector<int32_t> DSparkDrafter::draft(std::span<const int32_t> h, int64_t k) {
+  const DSparkHead& d = *head_;
+  const int64_t N = int64_t(h.size()), E = d.E, V = d.V, B = d.block;
+  if (k <= 0 || N < 2) return {};
+  known_.assign(h.begin(), h.end());
+  rewind(N);
+  // Context entries for the positions before the anchor h[N - 1], from the staged rows.
+  const int64_t m = N - 1 - end();
+  if (m > n_staged_) return {};  // rows the drafter was not shown
+  if (m > 0) {
+    if (m > ctx_cap_) {
+      if (ctx_) be_.dealloc(ctx_);
+      if (proj_) be_.dealloc(proj_);
+      ctx_cap_ = std::max(m, 2 * ctx_cap_);
+      ctx_ = be_.alloc(dtype_bytes(be_.act_dtype(), size_t(ctx_cap_ * E)));
+      proj_ = static_cast<float*>(be_.alloc(size_t(ctx_cap_ * E) * sizeof(float)));
+    }
+    be_.matmul(staged_, m, be_.prepare_weight(d.fc), proj_);
+    be_.rmsnorm(proj_, be_.prepare_vector(d.hidden_norm.data(), E), ctx_, m, E,
+                d.backbone->config().rms_eps);
+    d.backbone->forward_context(be_, *pool_, seq_, std::span(h).subspan(size_t(end()), size_t(m)),
+                                ctx_);
+    drop_staged(m);
+  }
+  // The block: the last token and B - 1 masks, at positions N - 1 … N + B - 2.
+  std::vector<int32_t> in(size_t(B), d.mask_id);
+  in[0] = h[size_t(N - 1)];
+  block_.base.resize(size_t(B * V));
+  block_.step.resize(size_t(B * V));
+  block_.hidden.resize(size_t(B * E));
+  block_.confidence.resize(size_t(B));
+  block_.tokens.resize(size_t(B));
+  d.backbone->forward_block(be_, *pool_, seq_, in, block_.base.data());
+  be_.act_to_f32(d.backbone->hidden_rows(), block_.hidden.data(), B * E);
+  pool_->truncate(seq_, N - 1 - offset_);
+  d.chain(block_.base.data(), block_.hidden.data(), in[0], B, block_.tokens.data(),
+          block_.step.data(), block_.confidence.data());
+  int64_t n = std::min(k, B);
+  for (int64_t i = 0; i < n; ++i)
+    if (block_.confidence[size_t(i)] < min_conf_) n = i;
+  return std::vector<int32_t>(block_.tokens.begin(), block_.tokens.begin() + n);
 }
 
 std::unique_ptr<Model> load_draft_model(const std::string& spec, const Model& target) {
@@ -199,13 +292,27 @@ std::unique_ptr<Model> require_mtp_head(const Model& target) {
   return head;
 }
 
+std::shared_ptr<DSparkHead> load_dspark(const std::string& spec, const Model& target,
+                                        const Backend& be) {
+  if (!spec.starts_with("dspark:") || spec.size() == 7)
+    fail("[spec] '{}' is not a dspark:PATH spec", spec);
+  if (!be.supports_block_attention())
+    fail(
+        "[spec] dspark: the {} backend has no non-causal block attention yet (DSpark drafts on "
+        "the CPU backends)",
+        be.name());
+  return dspark_load(spec.substr(7), target);
+}
+
 std::unique_ptr<Drafter> make_drafter(const std::string& spec, Backend& be, const Model& target,
                                       int64_t max_context) {
   if (spec == "ngram") return std::make_unique<NgramDrafter>();
   if (spec == "mtp") return std::make_unique<MtpDrafter>(require_mtp_head(target), be, max_context);
   if (spec.starts_with("draft:"))
     return std::make_unique<ModelDrafter>(load_draft_model(spec, target), be, max_context);
-  fail("[spec] unknown drafter '{}' (this basalt has: ngram, draft:PATH, mtp)", spec);
+  if (spec.starts_with("dspark:"))
+    return std::make_unique<DSparkDrafter>(load_dspark(spec, target, be), be, max_context);
+  fail("[spec] unknown drafter '{}' (this basalt has: ngram, draft:PATH, mtp, dspark:PATH)", spec);
 }
 
 }  // namespace basalt

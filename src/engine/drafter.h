@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/dspark.h"
 #include "models/model.h"
 
 namespace basalt {
@@ -26,10 +27,50 @@ class Drafter {
   // seen replaces what followed it; a pass past what was seen (a prefix from the cache) starts
   // the drafter afresh there.
   virtual bool wants_hidden() const { return false; }
+  // The target layers whose residual stream `hidden` holds instead (Model::set_taps; DSpark);
+  // empty: the final hidden states.
+  virtual std::vector<int64_t> taps() const { return {}; }
   virtual void observe(const void* hidden, std::span<const int32_t> tokens, int64_t first,
                        bool final) {
     (void)hidden, (void)tokens, (void)first, (void)final;
   }
+};
+
+// The bookkeeping of drafters that read the target's hidden rows (MTP, DSpark): entry i of the
+// drafter's own KV cache is position offset_ + i (positions are relative under RoPE: an offset
+// changes nothing); the target's rows of positions end() … end() + n_staged_ - 1 wait in
+// staged_ (f32, backend memory) until their entries run. A pass at a position already seen
+// replaces what followed it; a pass past what was seen (a cached prefix) starts afresh there.
+class HiddenStateDrafter : public Drafter {
+ public:
+  bool wants_hidden() const override { return true; }
+  void observe(const void* hidden, std::span<const int32_t> tokens, int64_t first,
+               bool final) override;
+
+ protected:
+  // row_floats: floats a staged row; act_rows: rows arrive in act_dtype (final hidden states),
+  // else as f32 (taps).
+  HiddenStateDrafter(Backend& be, std::shared_ptr<KvPool> pool, int64_t row_floats, bool act_rows);
+  ~HiddenStateDrafter() override;
+  virtual void observed_final() {}  // after an observe() of text (MTP runs what it can)
+  // draft()'s start for a history of N tokens (the target's next pass starts with h[N - 1]):
+  // entries and staged rows past position N - 2 belong to drafts that were not kept.
+  void rewind(int64_t N);
+  void restart(int64_t at);  // entries start afresh at position `at`
+  void reserve_rows(int64_t rows);
+  void drop_staged(int64_t m);  // the first m staged rows have run
+  float* staged_row(int64_t i) const { return staged_ + i * row_; }
+  int64_t end() const { return offset_ + seq_.length; }  // the first position without an entry
+
+  Backend& be_;
+  std::shared_ptr<KvPool> pool_;
+  KvSequence seq_;
+  int64_t offset_ = 0;
+  int64_t row_ = 0;
+  bool act_rows_ = false;
+  float* staged_ = nullptr;
+  int64_t cap_ = 0, n_staged_ = 0;
+  std::vector<int32_t> known_;  // the text as far as the drafter knows it
 };
 
 // Prompt lookup: the longest suffix of the history, of max_n down to min_n tokens, that occurred
@@ -75,7 +116,7 @@ class ModelDrafter final : public Drafter {
 // rows at once, a verification's once the history says which drafts stood); a draft of k
 // tokens runs the entry of the last emitted token, then k - 1 entries that feed the head its
 // own output hidden state in place of the target's (greedy; their KV is dropped afterwards).
-class MtpDrafter final : public Drafter {
+class MtpDrafter final : public HiddenStateDrafter {
  public:
   // `head`: the target's Model::mtp_head(); `pool`: a KV pool of the head that several drafters
   // share (one sequence each); null: a pool of its own for max_context positions.
@@ -83,35 +124,58 @@ class MtpDrafter final : public Drafter {
              std::shared_ptr<KvPool> pool = nullptr);
   ~MtpDrafter() override;
   std::string name() const override { return "mtp"; }
-  bool wants_hidden() const override { return true; }
-  void observe(const void* hidden, std::span<const int32_t> tokens, int64_t first,
-               bool final) override;
   std::vector<int32_t> draft(std::span<const int32_t> history, int64_t k) override;
 
  private:
+  void observed_final() override {
+    int32_t next;
+    catch_up(&next);
+  }
   // Runs the entries whose next token is known (known_) from the staged hidden rows; returns
   // how many ran (then *next: the last one's argmax, hidden_: its output hidden state).
   int64_t catch_up(int32_t* next);
-  void reserve_rows(int64_t rows);  // staged_ capacity
-  void restart(int64_t at);  // entries start afresh at position `at`
-  int64_t end() const { return offset_ + seq_.length; }  // the first position without an entry
   std::shared_ptr<Model> head_;
-  Backend& be_;
-  std::shared_ptr<KvPool> pool_;
-  KvSequence seq_;      // entry i of the head's cache is position offset_ + i
-  int64_t offset_ = 0;  // (positions are relative under RoPE: an offset changes nothing)
   int64_t E_ = 0;
-  float* staged_ = nullptr;  // [cap_, E] f32, backend memory: the target's hidden states at
-  int64_t cap_ = 0, n_staged_ = 0;  // positions end() … end() + n_staged_ - 1
-  float* hidden_ = nullptr;         // [1, E]: the head's last output hidden state
-  std::vector<int32_t> known_;      // the text as far as the drafter knows it
+  float* hidden_ = nullptr;  // [1, E]: the head's last output hidden state
   std::vector<float> logits_;
+};
+
+// A DSpark-style block drafter (src/engine/dspark.h): context entries are the target's tapped
+// hidden rows projected by fc and hidden_norm (one per position before the anchor, run when a
+// draft needs them); a draft runs the block [last token, mask, …] non-causally in one pass,
+// then the Markov head's greedy chain; its KV is dropped afterwards. With min_confidence > 0
+// the proposal stops before the first slot whose confidence is below it.
+class DSparkDrafter final : public HiddenStateDrafter {
+ public:
+  // `pool`: a KV pool of the head's backbone shared by several drafters; null: its own.
+  DSparkDrafter(std::shared_ptr<const DSparkHead> head, Backend& be, int64_t max_context,
+                std::shared_ptr<KvPool> pool = nullptr, float min_confidence = 0.0f);
+  ~DSparkDrafter() override;
+  std::string name() const override { return "dspark"; }
+  std::vector<int64_t> taps() const override;
+  std::vector<int32_t> draft(std::span<const int32_t> history, int64_t k) override;
+  // The last block: its base logits [B, V], Markov-corrected logits [B, V], final hidden rows
+  // [B, E], tokens and confidences (host f32; tests).
+  struct Block {
+    std::vector<float> base, step, hidden, confidence;
+    std::vector<int32_t> tokens;
+  };
+  const Block& last_block() const { return block_; }
+
+ private:
+  std::shared_ptr<const DSparkHead> head_;
+  float min_conf_ = 0.0f;
+  void* ctx_ = nullptr;    // [cap, E]: fc · taps, then hidden_norm (act_dtype)
+  float* proj_ = nullptr;  // [cap, E] f32
+  int64_t ctx_cap_ = 0;
+  Block block_;
 };
 
 // "ngram" → an NgramDrafter; "mtp" → an MtpDrafter of the target's own MTP head;
 // "draft:PATH" → a ModelDrafter of the model at PATH ("draft:" alone: the embedded default
 // model) on `be`, for contexts up to `max_context`, checked against `target` (same
-// vocabulary). Throws basalt::Error naming the drafters there are for anything else.
+// vocabulary); "dspark:PATH" → a DSparkDrafter of the drafter at PATH. Throws basalt::Error
+// naming the drafters there are for anything else.
 std::unique_ptr<Drafter> make_drafter(const std::string& spec, Backend& be, const Model& target,
                                       int64_t max_context);
 // The model of a "draft:PATH" spec ("draft:" alone: the embedded default model), checked
@@ -119,5 +183,9 @@ std::unique_ptr<Drafter> make_drafter(const std::string& spec, Backend& be, cons
 std::unique_ptr<Model> load_draft_model(const std::string& spec, const Model& target);
 // The target's MTP head (Model::mtp_head); throws basalt::Error when the checkpoint has none.
 std::unique_ptr<Model> require_mtp_head(const Model& target);
+// The drafter of a "dspark:PATH" spec, checked against `target` and `be` (non-causal block
+// attention: the CPU backends).
+std::shared_ptr<DSparkHead> load_dspark(const std::string& spec, const Model& target,
+                                        const Backend& be);
 
 }  // namespace basalt

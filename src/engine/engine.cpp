@@ -46,10 +46,11 @@ Engine::Engine(Model& model, Backend& backend, EngineConfig cfg)
     fail("[engine] a KV pool of {} positions cannot hold one full context of {}", kv_tokens,
          max_context_);
   if (!cfg_.spec.empty() && cfg_.spec != "ngram" && cfg_.spec != "mtp" &&
-      !cfg_.spec.starts_with("draft:"))
-    fail("[engine] unknown drafter '{}' for serving (this basalt serves with: ngram, draft:PATH, "
-         "mtp)",
-         cfg_.spec);
+      !cfg_.spec.starts_with("draft:") && !cfg_.spec.starts_with("dspark:"))
+    fail(
+        "[engine] unknown drafter '{}' for serving (this basalt serves with: ngram, draft:PATH, "
+        "mtp, dspark:PATH)",
+        cfg_.spec);
   // Hybrid models verifying drafts keep each sequence's recurrent state in a second slot during
   // the pass (restored after a rejection): twice the live slots, the same snapshot slots.
   const bool hybrid = model_.config().n_attention_layers() < model_.config().n_layers;
@@ -57,11 +58,21 @@ Engine::Engine(Model& model, Backend& backend, EngineConfig cfg)
   pool_ = model_.new_kv_pool(be_, kv_tokens, cfg_.block_size, live, 2 * int64_t(cfg_.max_batch));
   stats_.kv_blocks_total = pool_->n_blocks();
   if (cfg_.spec == "ngram") drafter_ = std::make_unique<NgramDrafter>();
-  if (cfg_.spec.starts_with("draft:") || cfg_.spec == "mtp") {  // a drafter per sequence,
-    mtp_ = cfg_.spec == "mtp";                                     // their KV in one pool
-    draft_model_ = mtp_ ? require_mtp_head(model_) : load_draft_model(cfg_.spec, model_);
+  if (cfg_.spec.starts_with("draft:") || cfg_.spec == "mtp" ||
+      cfg_.spec.starts_with("dspark:")) {  // a drafter per sequence, their KV in one pool
+    mtp_ = cfg_.spec == "mtp";
+    if (cfg_.spec.starts_with("dspark:")) {
+      dspark_ = load_dspark(cfg_.spec, model_, be_);
+      draft_model_ = dspark_->backbone;
+      model_.set_taps(dspark_->taps);  // the target's passes keep what the drafters read
+    } else {
+      draft_model_ = mtp_ ? require_mtp_head(model_) : load_draft_model(cfg_.spec, model_);
+    }
+    hidden_drafters_ = mtp_ || dspark_;
     draft_model_->check_backend(be_);
-    const int64_t ctx = std::min(max_context_, draft_model_->config().max_context);
+    // (A DSpark block runs past the context by up to its size.)
+    const int64_t ctx =
+        std::min(max_context_, draft_model_->config().max_context) + (dspark_ ? dspark_->block : 0);
     draft_pool_ = draft_model_->new_kv_pool(be_, ctx * cfg_.max_batch, cfg_.block_size,
                                             2 * cfg_.max_batch, 0);
   }
@@ -212,6 +223,8 @@ bool Engine::step() {
       try {
         if (mtp_)
           s.drafter = std::make_unique<MtpDrafter>(draft_model_, be_, max_context_, draft_pool_);
+        else if (dspark_)
+          s.drafter = std::make_unique<DSparkDrafter>(dspark_, be_, max_context_, draft_pool_);
         else
           s.drafter = std::make_unique<ModelDrafter>(draft_model_, be_, max_context_, draft_pool_);
       } catch (const Error& e) {
@@ -313,7 +326,7 @@ bool Engine::step() {
     if (picks && !plain_greedy(s.req)) ids_only = false;
   }
   argmax_.resize(rows);
-  bool keep_hidden = false;  // an MTP drafter reads the final hidden states of its rows
+  bool keep_hidden = false;  // an MTP / DSpark drafter reads the hidden rows of its rows
   for (const Seq* s : in_batch)
     keep_hidden = keep_hidden || (s->drafter && s->drafter->wants_hidden());
   model_.forward(be_, *pool_, batch, logits_.data(), ids_only ? argmax_.data() : nullptr,
@@ -322,7 +335,7 @@ bool Engine::step() {
   // drafts); a drafter that fails is dropped (the sequence goes on without drafts).
   auto observe = [&](std::span<const Model::BatchItem> items, std::span<Seq* const> seqs,
                      std::span<const int64_t> firsts, bool verifying) {
-    const size_t row_bytes = dtype_bytes(be_.act_dtype(), size_t(model_.config().hidden));
+    const size_t row_bytes = model_.hidden_row_bytes(be_);
     size_t row = 0;
     for (size_t b = 0; b < items.size(); ++b) {
       Seq& s = *seqs[b];
@@ -453,8 +466,9 @@ bool Engine::step() {
     const auto tr = std::chrono::steady_clock::now();
     replay_logits_.resize(replay.size() * size_t(V));
     replay_ids_.resize(replay.size());
-    model_.forward(be_, *pool_, replay, replay_logits_.data(), replay_ids_.data(), mtp_);
-    if (mtp_) observe(replay, replay_seqs, replay_first, true);
+    model_.forward(be_, *pool_, replay, replay_logits_.data(), replay_ids_.data(),
+                   hidden_drafters_);
+    if (hidden_drafters_) observe(replay, replay_seqs, replay_first, true);
     replay_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - tr).count();
   }
   // (A sequence that finished this step is still alive here: erased below.)

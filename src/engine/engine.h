@@ -142,6 +142,8 @@ class Engine {
   std::shared_ptr<Model> draft_model_;  // cfg_.spec draft:PATH / mtp (the MTP head), with one
   std::shared_ptr<KvPool> draft_pool_;  // KV pool for the sequences' drafters
   bool mtp_ = false;
+  std::shared_ptr<DSparkHead> dspark_;  // cfg_.spec dspark:PATH (its backbone: draft_model_)
+  bool hidden_drafters_ = false;        // the drafters read the target's hidden rows (mtp, dspark)
   std::thread thread_;
 };
 

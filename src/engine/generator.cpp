@@ -21,6 +21,7 @@ void Generator::prefill(std::span<const int32_t> tokens, int64_t chunk, KvPool& 
   if (chunk <= 0) chunk = T;
   last_logits.resize(size_t(model_.config().vocab));
   const bool hidden = drafter && drafter->wants_hidden();
+  if (hidden) model_.set_taps(drafter->taps());
   for (int64_t i = 0; i < T; i += chunk) {
     const int64_t n = std::min(chunk, T - i);
     const auto part = tokens.subspan(size_t(i), size_t(n));
@@ -102,6 +103,7 @@ void Generator::speculate(KvPool& pool, KvSequence& seq, int64_t capacity, int32
                           GenerateStats& st, const std::function<bool(int32_t)>& emit) {
   const int64_t V = model_.config().vocab;
   const bool hidden = opt.drafter->wants_hidden();
+  if (hidden) model_.set_taps(opt.drafter->taps());
   std::vector<int32_t> in, ids;
   std::vector<float> rows;
   // Hybrid models: the recurrent state cannot be rolled back row by row, so it is copied into a
