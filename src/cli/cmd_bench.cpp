@@ -34,6 +34,7 @@ struct BenchArgs {
   bool json = false;
   std::string spec;  // --spec: decode speculatively with this drafter
   int64_t spec_tokens = 4;
+  float spec_min_confidence = 0.0f;
   bool spec_adaptive = false;
 };
 
@@ -106,7 +107,8 @@ int run_bench(const BenchArgs& a) {
     for (int64_t i = 0; i < P; ++i) ids[size_t(i)] = int32_t((i * 7919 + 17) % c.vocab);
     std::vector<double> pre, dec;
     if (!a.spec.empty()) {  // decode through the Generator's speculative loop
-      auto drafter = make_drafter(a.spec, *be, *model, P + a.n + a.spec_tokens + 1);
+      auto drafter =
+          make_drafter(a.spec, *be, *model, P + a.n + a.spec_tokens + 1, a.spec_min_confidence);
       GenerateOptions o;
       o.max_new_tokens = a.n;
       o.ignore_eos = true;
@@ -260,9 +262,9 @@ Runner add_bench(CLI::App& app) {
   sc->add_option("-t,--threads", a->threads, "CPU threads (default: all)");
   add_device_option(sc, a->dev);
   add_spec_options(sc, a->spec, a->spec_tokens,
-                   "Decode speculatively (ngram | draft:PATH | mtp) and report acceptance and the "
-                   "drafting / verifying time",
-                   &a->spec_adaptive);
+                   "Decode speculatively (ngram | draft:PATH | mtp | dspark:PATH) and report "
+                   "acceptance and the drafting / verifying time",
+                   &a->spec_adaptive, &a->spec_min_confidence);
   sc->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per pass (0 = all)");
   sc->add_flag("--json", a->json, "One JSON object per configuration");
   return [a] { return run_bench(*a); };

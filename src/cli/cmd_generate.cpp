@@ -27,6 +27,7 @@ struct GenerateArgs {
   bool ignore_eos = false;
   std::string spec;  // --spec: a drafter name
   int64_t spec_tokens = 4;
+  float spec_min_confidence = 0.0f;
   bool spec_adaptive = false;
 };
 
@@ -81,7 +82,8 @@ int run_generate(const GenerateArgs& a) {
   if (tok->eos_id() >= 0) opt.stop_ids.push_back(tok->eos_id());
   std::unique_ptr<Drafter> drafter;
   if (!a.spec.empty()) {
-    drafter = make_drafter(a.spec, *be, *model, int64_t(prompt.size()) + a.n + a.spec_tokens + 1);
+    drafter = make_drafter(a.spec, *be, *model, int64_t(prompt.size()) + a.n + a.spec_tokens + 1,
+                           a.spec_min_confidence);
     opt.drafter = drafter.get();
     opt.spec_tokens = a.spec_tokens;
     opt.spec_adaptive = a.spec_adaptive;
@@ -146,10 +148,11 @@ Runner add_generate(CLI::App& app) {
   sc->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past end-of-sequence tokens");
   add_spec_options(sc, a->spec, a->spec_tokens,
                    "Speculative decoding with this drafter: ngram (prompt lookup), draft:PATH (a "
-                   "smaller model with the same tokenizer; draft: alone, the embedded one) or mtp "
-                   "(the checkpoint's multi-token-prediction head, Qwen3.5 / Qwen3-Next); the "
-                   "output is plain decoding's, greedy or sampled with the same seed",
-                   &a->spec_adaptive);
+                   "smaller model with the same tokenizer; draft: alone, the embedded one), mtp "
+                   "(the checkpoint's multi-token-prediction head, Qwen3.5 / Qwen3-Next) or "
+                   "dspark:PATH (a DSpark block drafter; CPU); the output is plain decoding's, "
+                   "greedy or sampled with the same seed",
+                   &a->spec_adaptive, &a->spec_min_confidence);
   return [a] { return run_generate(*a); };
 }
 

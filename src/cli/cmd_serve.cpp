@@ -27,6 +27,7 @@ struct ServeArgs {
   int parallel = 8;
   std::string spec;
   int64_t spec_tokens = 4;
+  float spec_min_confidence = 0.0f;
   bool spec_adaptive = false;
   int threads = 0;
 };
@@ -76,6 +77,7 @@ int run_serve(ServeArgs a) {
   cfg.max_batch = a.parallel;
   cfg.spec = a.spec;
   cfg.spec_tokens = a.spec_tokens;
+  cfg.spec_min_confidence = a.spec_min_confidence;
   cfg.spec_adaptive = a.spec_adaptive;
   if (a.spec_adaptive && a.spec.empty()) fail("[serve] --spec-adaptive needs --spec");
   Engine engine(*model, *be, cfg);
@@ -130,10 +132,12 @@ Runner add_serve(CLI::App& app) {
       ->check(CLI::Range(int64_t(0), int64_t(1) << 30));
   sc->add_option("--parallel", a->parallel, "Sequences run together (default 8)")
       ->check(CLI::Range(1, 1024));
-  add_spec_options(sc, a->spec, a->spec_tokens,
-                   "Speculative decoding: ngram (prompt lookup), draft:PATH (a smaller model with the "
-                   "same tokenizer) or mtp (the checkpoint's MTP head); outputs unchanged",
-                   &a->spec_adaptive);
+  add_spec_options(
+      sc, a->spec, a->spec_tokens,
+      "Speculative decoding: ngram (prompt lookup), draft:PATH (a smaller model with the "
+      "same tokenizer), mtp (the checkpoint's MTP head) or dspark:PATH (a DSpark "
+      "block drafter; CPU); outputs unchanged",
+      &a->spec_adaptive, &a->spec_min_confidence);
   sc->add_option("--served-model-name", a->opt.served_name,
                  "Model name in the API (default: the model's base name or basalt-default)");
   sc->add_option("-t,--threads", a->threads, "CPU threads (default: all)");

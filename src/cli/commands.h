@@ -57,7 +57,8 @@ std::unique_ptr<Backend> make_bare_backend(const DeviceFlags& f, int threads);
 // Registers --spec (the drafter; `what` says what it does on this command) and --spec-tokens.
 // `adaptive` (when given): --spec-adaptive.
 void add_spec_options(CLI::App* sc, std::string& spec, int64_t& spec_tokens,
-                      const std::string& what, bool* adaptive = nullptr);
+                      const std::string& what, bool* adaptive = nullptr,
+                      float* min_confidence = nullptr);
 // Human-readable model path for messages ("" is the embedded default model).
 std::string model_label(const std::string& path);
 

@@ -124,7 +124,7 @@ void add_device_option(CLI::App* sc, DeviceFlags& f) {
 }
 
 void add_spec_options(CLI::App* sc, std::string& spec, int64_t& spec_tokens,
-                      const std::string& what, bool* adaptive) {
+                      const std::string& what, bool* adaptive, float* min_confidence) {
   sc->add_option("--spec", spec, what + " (docs/speculative.md)");
   sc->add_option("--spec-tokens", spec_tokens,
                  adaptive ? "Draft tokens verified per pass (with --spec-adaptive: at most)"
@@ -134,6 +134,12 @@ void add_spec_options(CLI::App* sc, std::string& spec, int64_t& spec_tokens,
   if (adaptive)
     sc->add_flag("--spec-adaptive", *adaptive,
                  "Choose the draft length per pass from the measured acceptance and pass costs");
+  if (min_confidence)
+    sc->add_option("--spec-min-confidence", *min_confidence,
+                   "dspark: end a proposal before the first slot whose confidence head says "
+                   "less than this (0 = off)")
+        ->check(CLI::Range(0.0f, 1.0f))
+        ->capture_default_str();
 }
 
 std::string model_label(const std::string& path) {

@@ -305,13 +305,14 @@ std::shared_ptr<DSparkHead> load_dspark(const std::string& spec, const Model& ta
 }
 
 std::unique_ptr<Drafter> make_drafter(const std::string& spec, Backend& be, const Model& target,
-                                      int64_t max_context) {
+                                      int64_t max_context, float min_confidence) {
   if (spec == "ngram") return std::make_unique<NgramDrafter>();
   if (spec == "mtp") return std::make_unique<MtpDrafter>(require_mtp_head(target), be, max_context);
   if (spec.starts_with("draft:"))
     return std::make_unique<ModelDrafter>(load_draft_model(spec, target), be, max_context);
   if (spec.starts_with("dspark:"))
-    return std::make_unique<DSparkDrafter>(load_dspark(spec, target, be), be, max_context);
+    return std::make_unique<DSparkDrafter>(load_dspark(spec, target, be), be, max_context, nullptr,
+                                           min_confidence);
   fail("[spec] unknown drafter '{}' (this basalt has: ngram, draft:PATH, mtp, dspark:PATH)", spec);
 }
 

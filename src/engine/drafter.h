@@ -174,10 +174,11 @@ class DSparkDrafter final : public HiddenStateDrafter {
 // "ngram" → an NgramDrafter; "mtp" → an MtpDrafter of the target's own MTP head;
 // "draft:PATH" → a ModelDrafter of the model at PATH ("draft:" alone: the embedded default
 // model) on `be`, for contexts up to `max_context`, checked against `target` (same
-// vocabulary); "dspark:PATH" → a DSparkDrafter of the drafter at PATH. Throws basalt::Error
+// vocabulary); "dspark:PATH" → a DSparkDrafter of the drafter at PATH (min_confidence: its
+// threshold). Throws basalt::Error
 // naming the drafters there are for anything else.
 std::unique_ptr<Drafter> make_drafter(const std::string& spec, Backend& be, const Model& target,
-                                      int64_t max_context);
+                                      int64_t max_context, float min_confidence = 0.0f);
 // The model of a "draft:PATH" spec ("draft:" alone: the embedded default model), checked
 // against `target` (same vocabulary).
 std::unique_ptr<Model> load_draft_model(const std::string& spec, const Model& target);

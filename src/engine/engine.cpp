@@ -224,7 +224,8 @@ bool Engine::step() {
         if (mtp_)
           s.drafter = std::make_unique<MtpDrafter>(draft_model_, be_, max_context_, draft_pool_);
         else if (dspark_)
-          s.drafter = std::make_unique<DSparkDrafter>(dspark_, be_, max_context_, draft_pool_);
+          s.drafter = std::make_unique<DSparkDrafter>(dspark_, be_, max_context_, draft_pool_,
+                                                      cfg_.spec_min_confidence);
         else
           s.drafter = std::make_unique<ModelDrafter>(draft_model_, be_, max_context_, draft_pool_);
       } catch (const Error& e) {

@@ -66,6 +66,7 @@ struct EngineConfig {
   // (engine/spec_policy.h) picks k from its own acceptance and the measured cost of the
   // engine's passes (each pass's wall time, whatever else it carried). Speed only.
   bool spec_adaptive = false;
+  float spec_min_confidence = 0.0f;  // dspark:PATH: DSparkDrafter's threshold (0: off)
 };
 
 struct EngineStats {
