@@ -1,5 +1,10 @@
 #!/usr/bin/env python3
-"""Write basalt's DSpark drafter fixtures: tests/golden/dspark_qwen3/, dspark_qwen3_gated/, dspark_qwen3_rnn/.
+"""Write basalt's DSpark drafter fixtures under tests/golden/ (FIXTURES below):
+  dspark_qwen3, dspark_qwen3_gated, dspark_qwen3_rnn  on qwen3_untied_f16 (Qwen3, 3 layers, V=384, f16);
+  dspark_llama      on llama_gqa_untied (LlamaForCausalLM, 2 layers, V=272, f32);
+  dspark_qwen3_moe  on qwen3_moe (Qwen3MoeForCausalLM, 3 layers, V=288, f32);
+  dspark_qwen3_5    on qwen3_5 (Qwen3_5ForCausalLM, flat text config, 4 layers, V=288, bf16; layer_types
+                    [linear_attention (GDN), full_attention, linear_attention, full_attention]).
 
 A DSpark drafter (DeepSeek, github.com/deepseek-ai/DeepSpec, MIT) is a small non-causal block drafter
 that reads hidden states of the target. The checkpoint layout follows DeepSpec's
@@ -7,19 +12,30 @@ deepspec/modeling/dspark/qwen3/{config.py,modeling.py}, deepspec/modeling/dspark
 and the inference path of deepspec/eval/dspark/{evaluator.py,draft_ops.py}. Nothing of it is imported or
 copied: the reference below is a float64 numpy implementation written from those formulas.
 
-Target: tests/golden/qwen3_untied_f16 (Qwen3, 3 layers, E=64, 4 heads / 2 KV heads, D=32, V=384).
-Draft checkpoint (bf16, one model.safetensors, names without a "model." prefix):
-  config.json = the target's config.json plus architectures ["Qwen3DSparkModel"], num_target_layers,
+All targets have E=64. Draft checkpoint (bf16, one model.safetensors, names without a "model." prefix):
+  config.json, for a Qwen3 target (model_type "qwen3": qwen3_untied_f16) = the target's config.json, as
+  DeepSpec deep-copies it, plus the DSpark keys: architectures ["Qwen3DSparkModel"], num_target_layers,
   num_hidden_layers (draft), layer_types (all full_attention), block_size, tie_word_embeddings false,
   mask_token_id, target_layer_ids, num_anchors (training only), enable_confidence_head,
   confidence_head_with_markov (when the head is on), markov_rank, markov_head_type (when rank > 0),
   dtype bfloat16.
+  For any other target (DeepSpec has drafters for Qwen3 targets only) a plain Qwen3-style config instead
+  of the copy: model_type "qwen3", hidden_size / vocab_size / rms_norm_eps / bos,eos,pad_token_id = the
+  target's, num_attention_heads 4, num_key_value_heads 2, head_dim 16, intermediate_size 128, hidden_act
+  silu, max_position_embeddings 256, rope_parameters {rope_theta 10000, default} (and rope_theta 10000 at
+  top level), attention_bias false, plus the same DSpark keys. The reference reads every draft
+  hyper-parameter (heads, head_dim, rope_theta, eps, ...) from the draft config, never from the target's.
   embed_tokens.weight [V,E], lm_head.weight [V,E] (bf16 copies of the target's), fc.weight [E, n*E],
   hidden_norm.weight, norm.weight [E]; layers.i.{input_layernorm, post_attention_layernorm}.weight,
   layers.i.self_attn.{q,k,v,o}_proj.weight, layers.i.self_attn.{q,k}_norm.weight [D],
   layers.i.mlp.{gate,up,down}_proj.weight; markov_head.markov_w1.weight [V,r] (embedding),
   markov_head.markov_w2.weight [V,r] (r -> V); gated: markov_head.gate_proj.{weight [r,E+r], bias [r]};
   rnn: markov_head.joint_proj.{weight [3r,2r+E], bias [3r]}; confidence_head.proj.{weight [1,E(+r)], bias [1]}.
+  omit_embed fixtures (all but the three dspark_qwen3*) store NO embed_tokens.weight / lm_head.weight: the
+  loader takes the target's own model.embed_tokens.weight and lm_head.weight (the embedding when tied; a
+  "model.language_model." prefix is accepted too), in the target's stored dtype, and so does the reference:
+  it uses those values exactly as stored (f32 for llama_gqa_untied / qwen3_moe, bf16 for qwen3_5), not
+  rounded to bf16.
 
 Taps: layer id l >= 0 is the output of target layer l = transformers output_hidden_states[l+1]; -1 is the
 embedding output (hidden_states[0]). F[p] = cat over target_layer_ids (in config order) of the taps at p.
@@ -43,22 +59,29 @@ Markov correction (greedy chain): prev = tok_s; for k: step_k = base_k + bias(pr
 Confidence: conf_k = sigmoid(proj(cat[hb_k, W1[prev_k]])) (with_markov) or sigmoid(proj(hb_k)),
   prev_0 = tok_s, prev_k = tok_{k-1}.
 
-Per fixture dir: config.json, model.safetensors, dspark_reference.json (ids, starts, tokens, confidence, ...),
+Per fixture dir: config.json, model.safetensors, dspark_reference.json (target = the golden folder name of the
+target, ids = the first 16 input_ids of its reference.json, starts [12, 15], tokens, confidence, ...),
 taps.npy f32 [16, n*E], base_logits.npy / step_logits.npy f32 [cases, B, V], hidden.npy f32 [cases, B, E].
+mask id (mask_token_id): the highest id of the target's vocabulary that is no bos/eos/pad id (382, 269, 286).
 
-Checks (the script exits non-zero if one fails):
+Target taps come from transformers' output_hidden_states with the target loaded as float32 and cast with
+model.double() (transformers still runs some ops in float32 inside: RMSNorm, softmax, rope, Qwen3.5's GDN;
+an MoE target loads with experts_implementation "eager", as grouped_mm has no float64 kernel).
+Checks (the script exits non-zero if one fails), per target:
   - lm_head(hidden_states[-1]) of the float64 target reproduces its logits.npy; hidden_states[0] is the
-    embedding and hidden_states[l+1] is target layer l's output (forward hooks), so tap indexing is right;
+    embedding and hidden_states[l+1] is target layer l's output (forward hooks on each decoder layer, GDN
+    and attention layers alike: all four classes return the hidden-state tensor, or a tuple led by it),
+    so tap indexing is right;
   - an incremental computation (context K/V for positions 0..11 cached once, extended by 12..14 for the
     second case, as a KV cache does) equals the from-scratch one to 1e-12;
   - swapping two taps in F changes c (the concat order matters);
   - model.safetensors reloads to the same tensors, and the reference recomputed from it is identical;
-  - over the three fixtures the Markov correction changes at least one greedy token vs argmax(base).
+  - over all fixtures the Markov correction changes at least one greedy token vs argmax(base).
 
     /work/venv-ref/bin/python tools/make_dspark_reference.py --out tests/golden
 
 Seeds: per fixture, the first (from a fixed base) whose greedy steps all have (top1-top2)/max|step| >= 1e-3
-and propose neither eos nor the mask id. Deterministic: numpy / torch single-threaded, weights from seeded
+and propose neither eos, bos nor the mask id. Deterministic: numpy / torch single-threaded, weights from seeded
 numpy generators: the same bytes on re-run.
 """
 
@@ -83,22 +106,25 @@ import transformers
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
-TARGET = "qwen3_untied_f16"
 N_IDS = 16
 STARTS = [12, 15]
-MASK_ID = 382
 NUM_ANCHORS = 512
 DRAFT_DTYPE = torch.bfloat16
 TARGET_REL_TOL = 1e-5  # float64 target vs the fp32 logits.npy, relative to max|logit|
 INCR_TOL = 1e-12
 WARN_MARGIN = 1e-3
 SEED_TRIES = 20  # first seed whose greedy steps all have a relative top-1/top-2 gap >= WARN_MARGIN
-# and propose neither eos nor the mask id (so a consumer need not special-case them)
+# and propose neither eos, bos nor the mask id (so a consumer need not special-case them)
+PLAIN_DRAFT = dict(model_type="qwen3", num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                   intermediate_size=128, hidden_act="silu", max_position_embeddings=256,
+                   rope_parameters={"rope_theta": 10000.0, "rope_type": "default"}, rope_theta=10000.0,
+                   attention_bias=False)  # the draft config of a non-Qwen3 target (see the docstring)
 
 
 @dataclass
 class Fixture:
     name: str
+    target: str  # golden folder of the target
     layers: int
     block: int
     taps: list[int]
@@ -106,14 +132,40 @@ class Fixture:
     head: str  # markov_head_type
     conf: bool
     conf_markov: bool
+    mask_id: int
+    omit_embed: bool  # no embed_tokens / lm_head in the draft: the target's, as stored
     seed: int
 
 
 FIXTURES = [
-    Fixture("dspark_qwen3", 2, 4, [-1, 0, 1], 8, "vanilla", True, True, 31000),
-    Fixture("dspark_qwen3_gated", 1, 3, [0, 1], 8, "gated", True, False, 32000),
-    Fixture("dspark_qwen3_rnn", 1, 5, [1], 4, "rnn", False, False, 33000),
+    Fixture("dspark_qwen3", "qwen3_untied_f16", 2, 4, [-1, 0, 1], 8, "vanilla", True, True, 382, False, 31000),
+    Fixture("dspark_qwen3_gated", "qwen3_untied_f16", 1, 3, [0, 1], 8, "gated", True, False, 382, False, 32000),
+    Fixture("dspark_qwen3_rnn", "qwen3_untied_f16", 1, 5, [1], 4, "rnn", False, False, 382, False, 33000),
+    # V-2 = 270 is llama_gqa_untied's bos, so 269
+    Fixture("dspark_llama", "llama_gqa_untied", 1, 3, [-1, 0], 4, "vanilla", False, False, 269, True, 34000),
+    Fixture("dspark_qwen3_moe", "qwen3_moe", 1, 3, [0, 1], 4, "gated", True, False, 286, True, 35000),
+    # qwen3_5 taps: layer 1 is full attention, layer 2 a Gated-DeltaNet (linear_attention) layer
+    Fixture("dspark_qwen3_5", "qwen3_5", 1, 4, [1, 2], 4, "vanilla", True, True, 286, True, 36000),
 ]
+
+
+@dataclass
+class Target:
+    name: str
+    cfg: dict
+    ids: list[int]
+    hs: list[np.ndarray]  # float64 hidden_states, [16, E] each
+    checks: dict
+    embed: torch.Tensor  # as stored in the target's model.safetensors
+    head: torch.Tensor
+
+
+def special_ids(tcfg: dict) -> set[int]:
+    out = set()
+    for k in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        v = tcfg.get(k)
+        out |= set(v) if isinstance(v, list) else ({v} if v is not None else set())
+    return out
 
 
 # ------------------------------------------------------------------------------------------------
@@ -121,30 +173,47 @@ FIXTURES = [
 
 
 @torch.no_grad()
-def target_taps(tdir: Path, ids: list[int]) -> tuple[list[np.ndarray], dict]:
+def target_taps(tdir: Path, ids: list[int], moe: bool) -> tuple[list[np.ndarray], dict]:
     """hidden_states (float64, [16, E] each) of the target, after checking their indexing."""
-    model = AutoModelForCausalLM.from_pretrained(tdir, dtype=torch.float32, attn_implementation="eager")
+    kw = {"experts_implementation": "eager"} if moe else {}  # grouped_mm has no float64 kernel
+    model = AutoModelForCausalLM.from_pretrained(tdir, dtype=torch.float32, attn_implementation="eager", **kw)
     model = model.double().eval()
     L = model.config.num_hidden_layers
+    inner = getattr(model.model, "language_model", model.model)  # a multimodal wrapper's text model
     outs = {}
-    hooks = [layer.register_forward_hook(
+    hooks = [layer.register_forward_hook(  # decoder layers return the tensor (or a tuple led by it)
         lambda m, a, o, i=i: outs.__setitem__(i, (o[0] if isinstance(o, tuple) else o).clone()))
-        for i, layer in enumerate(model.model.layers)]
+        for i, layer in enumerate(inner.layers)]
     t = torch.tensor([ids])
     out = model(t, use_cache=False, output_hidden_states=True)
     for h in hooks:
         h.remove()
     hs = out.hidden_states
-    assert len(hs) == L + 1, len(hs)
-    assert torch.equal(hs[0], model.model.embed_tokens(t)), "hidden_states[0] is not the embedding"
+    assert len(hs) == L + 1 and len(outs) == L, (len(hs), len(outs))
+    assert torch.equal(hs[0], inner.embed_tokens(t)), "hidden_states[0] is not the embedding"
     for layer in range(L - 1):
         assert torch.equal(hs[layer + 1], outs[layer]), f"hidden_states[{layer + 1}] != layer {layer} output"
     want = np.load(tdir / "logits.npy")[:len(ids)]
     got = model.lm_head(hs[-1])[0].numpy()
     err = float(np.abs(got - want).max() / np.abs(want).max())
-    assert err <= TARGET_REL_TOL, f"target: lm_head(hidden_states[-1]) vs logits.npy {err:.3g}"
+    assert err <= TARGET_REL_TOL, f"{tdir.name}: lm_head(hidden_states[-1]) vs logits.npy {err:.3g}"
     assert np.array_equal(got, out.logits[0].numpy())
     return [h[0].numpy() for h in hs], {"target_logits_rel_err": err}
+
+
+def load_target(out: Path, name: str) -> Target:
+    tdir = out / name
+    tcfg = json.loads((tdir / "config.json").read_text())
+    ids = json.loads((tdir / "reference.json").read_text())["input_ids"]
+    assert len(ids) >= N_IDS > max(STARTS), f"{name}: {len(ids)} input_ids"
+    ids = ids[:N_IDS]
+    hs, checks = target_taps(tdir, ids, any(k in tcfg for k in ("num_experts", "num_local_experts")))
+    tW = load_file(tdir / "model.safetensors")
+    for prefix in ("model.", "model.language_model."):
+        if prefix + "embed_tokens.weight" in tW:
+            embed = tW[prefix + "embed_tokens.weight"]
+            return Target(name, tcfg, ids, hs, checks, embed, tW.get("lm_head.weight", embed))
+    raise AssertionError(f"{name}: no embed_tokens.weight")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -180,24 +249,33 @@ def weight_specs(fx: Fixture, cfg: dict) -> list[tuple[str, tuple, str]]:
     return s
 
 
-def draw_weights(fx: Fixture, cfg: dict, tW: dict, seed: int) -> dict[str, torch.Tensor]:
+def draw_weights(fx: Fixture, cfg: dict, tg: Target, seed: int) -> tuple[dict, dict]:
     """Linear N(0,1)/sqrt(fan_in) (markov_w2: fan_in r, so the bias W2 W1[prev] is ~N(0,1), comparable to
-    the base logits); norms 1 + 0.1 N(0,1); biases 0.1 N(0,1); markov_w1 N(0,1). Stored as bf16."""
+    the base logits); norms 1 + 0.1 N(0,1); biases 0.1 N(0,1); markov_w1 N(0,1). Stored as bf16.
+    Returns (the draft's tensors, the target's embed_tokens / lm_head as stored when fx.omit_embed)."""
     rng = np.random.default_rng(seed)
-    w = {"embed_tokens.weight": tW["model.embed_tokens.weight"], "lm_head.weight": tW["lm_head.weight"]}
+    emb = {"embed_tokens.weight": tg.embed, "lm_head.weight": tg.head}
+    w = {} if fx.omit_embed else dict(emb)
     for name, shape, kind in weight_specs(fx, cfg):
         z = rng.standard_normal(shape)
         w[name] = {"lin": z / np.sqrt(shape[-1]), "norm": 1.0 + 0.1 * z, "bias": 0.1 * z, "w1": z}[kind]
-    return {k: (v if torch.is_tensor(v) else torch.from_numpy(v.astype(np.float32))).to(DRAFT_DTYPE)
-            for k, v in w.items()}
+    return ({k: (v if torch.is_tensor(v) else torch.from_numpy(v.astype(np.float32))).to(DRAFT_DTYPE)
+             for k, v in w.items()}, emb if fx.omit_embed else {})
 
 
 def draft_config(fx: Fixture, tcfg: dict) -> dict:
     L = tcfg["num_hidden_layers"]
     assert fx.taps == sorted(set(fx.taps)) and all(t == -1 or 0 <= t <= L - 2 for t in fx.taps), fx.taps
-    cfg = dict(tcfg, architectures=["Qwen3DSparkModel"], num_target_layers=L, num_hidden_layers=fx.layers,
+    assert 0 <= fx.mask_id < tcfg["vocab_size"] and fx.mask_id not in special_ids(tcfg), fx.mask_id
+    if tcfg["model_type"] == "qwen3":  # DeepSpec: a deep copy of the Qwen3 target's config
+        base = tcfg
+    else:
+        base = dict(PLAIN_DRAFT, hidden_size=tcfg["hidden_size"], vocab_size=tcfg["vocab_size"],
+                    rms_norm_eps=tcfg["rms_norm_eps"],
+                    **{k: tcfg.get(k) for k in ("bos_token_id", "eos_token_id", "pad_token_id")})
+    cfg = dict(base, architectures=["Qwen3DSparkModel"], num_target_layers=L, num_hidden_layers=fx.layers,
                layer_types=["full_attention"] * fx.layers, block_size=fx.block, tie_word_embeddings=False,
-               mask_token_id=MASK_ID, target_layer_ids=fx.taps, num_anchors=NUM_ANCHORS,
+               mask_token_id=fx.mask_id, target_layer_ids=fx.taps, num_anchors=NUM_ANCHORS,
                enable_confidence_head=fx.conf, markov_rank=fx.rank, dtype="bfloat16")
     if fx.conf:
         cfg["confidence_head_with_markov"] = fx.conf_markov
@@ -362,14 +440,14 @@ def run_cases(W, cfg, F, ids):
 # ------------------------------------------------------------------------------------------------
 
 
-def generate(fx: Fixture, out: Path, tcfg: dict, tW: dict, hs: list, ids: list[int], tchecks: dict) -> dict:
-    cfg = draft_config(fx, tcfg)
-    F = np.concatenate([hs[t + 1] for t in fx.taps], -1)  # [16, n*E]
+def generate(fx: Fixture, out: Path, tg: Target) -> dict:
+    cfg, ids = draft_config(fx, tg.cfg), tg.ids
+    F = np.concatenate([tg.hs[t + 1] for t in fx.taps], -1)  # [16, n*E]
     for attempt in range(SEED_TRIES):
         seed = fx.seed + attempt
-        W = draw_weights(fx, cfg, tW, seed)
-        d, res = run_cases(W, cfg, F, ids)
-        special = {tcfg["eos_token_id"], MASK_ID} & {t for ts in res["tokens"] for t in ts}
+        W, ext = draw_weights(fx, cfg, tg, seed)
+        d, res = run_cases({**W, **ext}, cfg, F, ids)
+        special = ({fx.mask_id} | special_ids(tg.cfg)) & {t for ts in res["tokens"] for t in ts}
         if res["margin"] >= WARN_MARGIN and not special:
             break
     else:
@@ -393,7 +471,8 @@ def generate(fx: Fixture, out: Path, tcfg: dict, tW: dict, hs: list, ids: list[i
     back = load_file(odir / "model.safetensors")
     assert set(back) == set(W), f"{fx.name}: tensor names differ after reload"
     assert all(back[k].dtype == DRAFT_DTYPE and torch.equal(back[k], W[k]) for k in W), f"{fx.name}: reload"
-    _, res2 = run_cases(back, json.loads((odir / "config.json").read_text()), F, ids)
+    assert fx.omit_embed != ("embed_tokens.weight" in back), f"{fx.name}: omit_embed"
+    _, res2 = run_cases({**back, **ext}, json.loads((odir / "config.json").read_text()), F, ids)
     for k in ("hidden", "base", "step"):
         assert all(np.array_equal(a, b) for a, b in zip(res[k], res2[k])), f"{fx.name}: reload changes {k}"
     assert res2["tokens"] == res["tokens"]
@@ -404,7 +483,7 @@ def generate(fx: Fixture, out: Path, tcfg: dict, tW: dict, hs: list, ids: list[i
     for fname, key in (("base_logits", "base"), ("step_logits", "step"), ("hidden", "hidden")):
         np.save(odir / f"{fname}.npy", np.stack(res[key]).astype(np.float32), allow_pickle=False)
     ref = {
-        "target": TARGET,
+        "target": fx.target,
         "ids": ids,
         "starts": STARTS,
         "block_size": fx.block,
@@ -416,8 +495,11 @@ def generate(fx: Fixture, out: Path, tcfg: dict, tW: dict, hs: list, ids: list[i
         "min_rel_margin": round(res["margin"], 6),
         "seed": seed,
         "draft_dtype": "bfloat16",
-        "compute": "float64 from the bf16 weights and the float64 target's hidden states; files are float32",
-        "checks": {**tchecks, "incremental_vs_scratch_abs": res["incr_err"],
+        "compute": (f"float64 from the bf16 weights, the target's embed_tokens / lm_head as stored "
+                    f"({str(tg.embed.dtype).removeprefix('torch.')}), and the float64 target's hidden states; "
+                    "files are float32") if fx.omit_embed else
+        "float64 from the bf16 weights and the float64 target's hidden states; files are float32",
+        "checks": {**tg.checks, "incremental_vs_scratch_abs": res["incr_err"],
                    "tap_swap_rel_change_of_c": None if swap is None else round(swap, 4)},
         "transformers_version": transformers.__version__,
         "torch_version": torch.__version__.split("+")[0],
@@ -442,13 +524,13 @@ def main() -> None:
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
 
-    tdir = args.out / TARGET
-    tcfg = json.loads((tdir / "config.json").read_text())
-    ids = json.loads((tdir / "reference.json").read_text())["input_ids"][:N_IDS]
-    assert max(STARTS) < N_IDS and MASK_ID < tcfg["vocab_size"]
-    hs, tchecks = target_taps(tdir, ids)
-    tW = load_file(tdir / "model.safetensors")
-    refs = [generate(fx, args.out, tcfg, tW, hs, ids, tchecks) for fx in FIXTURES]
+    targets: dict[str, Target] = {}
+    refs = []
+    for fx in FIXTURES:
+        if fx.target not in targets:
+            targets[fx.target] = load_target(args.out, fx.target)
+            print(f"{fx.target}: {targets[fx.target].checks}")
+        refs.append(generate(fx, args.out, targets[fx.target]))
     if sum(r["markov_changed_tokens"] for r in refs) == 0:
         sys.exit("FAIL: the Markov correction changes no greedy token in any fixture")
     for r in refs:

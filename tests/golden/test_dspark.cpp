@@ -23,7 +23,11 @@
 namespace basalt {
 namespace {
 
-const char* kCases[] = {"dspark_qwen3", "dspark_qwen3_gated", "dspark_qwen3_rnn"};
+// Random drafters: vanilla, gated and RNN Markov heads for qwen3_untied_f16 (with their copies of
+// its embedding and LM head, as DeepSpec saves them), and drafters for a Llama, a Qwen3-MoE and a
+// Qwen3.5 hybrid target (taps of a Gated-DeltaNet and an attention layer) that take the target's.
+const char* kCases[] = {"dspark_qwen3", "dspark_qwen3_gated", "dspark_qwen3_rnn",
+                        "dspark_llama", "dspark_qwen3_moe",   "dspark_qwen3_5"};
 
 std::string golden(const std::string& name) {
   return test::source_dir() + "/tests/golden/" + name;
@@ -158,23 +162,25 @@ TEST(DSpark, AConfidenceThresholdShortensTheProposal) {
 // drafts is the output without.
 TEST(DSpark, SpeculationGivesThePlainOutput) {
   auto be = cpu::make_cpu_backend(2);
-  auto m = model_load(golden("qwen3_untied_f16"));
-  const auto ids = io::json_load_file(golden("qwen3_untied_f16") + "/reference.json")["input_ids"]
-                       .get<std::vector<int32_t>>();
-  for (float temp : {0.0f, 0.9f}) {
-    GenerateOptions o;
-    o.max_new_tokens = 80;
-    o.sampling.temperature = temp;
-    o.sampling.top_k = 40;
-    o.sampling.seed = 3;
-    o.ignore_eos = true;
-    std::vector<int32_t> plain, spec;
-    Generator(*m, *be).generate(ids, o, [&](int32_t t) {
-      plain.push_back(t);
-      return true;
-    });
-    ASSERT_EQ(plain.size(), 80u);
-    for (const char* name : kCases)
+  for (const char* name : kCases) {
+    const std::string target =
+        io::json_load_file(golden(name) + "/dspark_reference.json")["target"].get<std::string>();
+    auto m = model_load(golden(target));
+    const auto ids = io::json_load_file(golden(target) + "/reference.json")["input_ids"]
+                         .get<std::vector<int32_t>>();
+    for (float temp : {0.0f, 0.9f}) {
+      GenerateOptions o;
+      o.max_new_tokens = 80;
+      o.sampling.temperature = temp;
+      o.sampling.top_k = 40;
+      o.sampling.seed = 3;
+      o.ignore_eos = true;
+      std::vector<int32_t> plain, spec;
+      Generator(*m, *be).generate(ids, o, [&](int32_t t) {
+        plain.push_back(t);
+        return true;
+      });
+      ASSERT_EQ(plain.size(), 80u);
       for (int64_t chunk : {0, 7})
         for (int64_t k : {1, 3, 8}) {
           auto d = make_drafter(std::string("dspark:") + golden(name), *be, *m, 256);
@@ -190,6 +196,7 @@ TEST(DSpark, SpeculationGivesThePlainOutput) {
           EXPECT_EQ(spec, plain) << name << " k=" << k << " chunk " << chunk << " temp " << temp;
           EXPECT_GT(st.drafted, 0) << name;
         }
+    }
   }
 }
 
