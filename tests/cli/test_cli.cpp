@@ -234,6 +234,19 @@ TEST(Cli, GenerateWithNgramSpeculationPrintsThePlainText) {
   const auto jm = nlohmann::json::parse(mtp.out.substr(mtp.out.find('{')));
   EXPECT_EQ(jm["spec"], "mtp");
   EXPECT_GT(jm["spec_drafted"].get<int64_t>(), 0);
+  // A DSpark drafter (the random test one for qwen3_untied_f16), with a confidence threshold.
+  const std::string golden = test::source_dir() + "/tests/golden/";
+  Result ds = run(
+      "bench --device cpu -p 16 -n 40 -r 1 --json --spec dspark:" + quote(golden + "dspark_qwen3") +
+      " --spec-min-confidence 0.2 -m " + quote(golden + "qwen3_untied_f16"));
+  ASSERT_EQ(ds.code, 0) << ds.err;
+  const auto jd = nlohmann::json::parse(ds.out.substr(ds.out.find('{')));
+  EXPECT_GT(jd["spec_drafted"].get<int64_t>(), 0);
+  EXPECT_NE(ds.err.find("speculative (dspark:"), std::string::npos) << ds.err;
+  Result not_a_model =
+      run("bench --device cpu -p 8 -n 8 -r 1 -m " + quote(golden + "dspark_qwen3"));
+  EXPECT_NE(not_a_model.code, 0);
+  EXPECT_NE(not_a_model.err.find("--spec dspark:PATH"), std::string::npos) << not_a_model.err;
 }
 
 TEST(Cli, InfoDescribesModel) {
