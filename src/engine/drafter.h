@@ -140,7 +140,7 @@ class MtpDrafter final : public HiddenStateDrafter {
   std::vector<float> logits_;
 };
 
-// A DSpark-style block drafter (src/engine/dspark.h): context entries are the target's tapped
+// A DSpark block drafter (src/engine/dspark.h): context entries are the target's tapped
 // hidden rows projected by fc and hidden_norm (one per position before the anchor, run when a
 // draft needs them); a draft runs the block [last token, mask, …] non-causally in one pass,
 // then the Markov head's greedy chain; its KV is dropped afterwards. With min_confidence > 0
@@ -175,8 +175,7 @@ class DSparkDrafter final : public HiddenStateDrafter {
 // "draft:PATH" → a ModelDrafter of the model at PATH ("draft:" alone: the embedded default
 // model) on `be`, for contexts up to `max_context`, checked against `target` (same
 // vocabulary); "dspark:PATH" → a DSparkDrafter of the drafter at PATH (min_confidence: its
-// threshold). Throws basalt::Error
-// naming the drafters there are for anything else.
+// threshold). Throws basalt::Error naming the drafters there are for anything else.
 std::unique_ptr<Drafter> make_drafter(const std::string& spec, Backend& be, const Model& target,
                                       int64_t max_context, float min_confidence = 0.0f);
 // The model of a "draft:PATH" spec ("draft:" alone: the embedded default model), checked
