@@ -27,6 +27,10 @@ class Drafter {
   // seen replaces what followed it; a pass past what was seen (a prefix from the cache) starts
   // the drafter afresh there.
   virtual bool wants_hidden() const { return false; }
+  // The most tokens one draft() proposes, and whether its cost grows with k (false: a block
+  // drafter, one pass for any k up to max_draft; SpecPolicy then charges drafting per call).
+  virtual int64_t max_draft() const { return 64; }
+  virtual bool cost_grows_with_k() const { return true; }
   // The target layers whose residual stream `hidden` holds instead (Model::set_taps; DSpark);
   // empty: the final hidden states.
   virtual std::vector<int64_t> taps() const { return {}; }
@@ -153,6 +157,8 @@ class DSparkDrafter final : public HiddenStateDrafter {
   ~DSparkDrafter() override;
   std::string name() const override { return "dspark"; }
   std::vector<int64_t> taps() const override;
+  int64_t max_draft() const override { return head_->block; }
+  bool cost_grows_with_k() const override { return false; }
   std::vector<int32_t> draft(std::span<const int32_t> history, int64_t k) override;
   // The last block: its base logits [B, V], Markov-corrected logits [B, V], final hidden rows
   // [B, E], tokens and confidences (host f32; tests).

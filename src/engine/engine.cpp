@@ -243,7 +243,9 @@ bool Engine::step() {
     if (dr && unfed == 1 && s.req.forced_output.empty() && state_ok) {
       int64_t want = cfg_.spec_tokens;
       if (cfg_.spec_adaptive) {
-        if (!s.policy) s.policy = std::make_unique<SpecPolicy>(cfg_.spec_tokens);
+        if (!s.policy)
+          s.policy = std::make_unique<SpecPolicy>(std::min(cfg_.spec_tokens, dr->max_draft()),
+                                                  !dr->cost_grows_with_k());
         want = s.policy->next_k();
       }
       const int64_t k =

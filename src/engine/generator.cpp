@@ -120,7 +120,8 @@ void Generator::speculate(KvPool& pool, KvSequence& seq, int64_t capacity, int32
       if (s.slot >= 0) p.release(s);
     }
   } release_spare{pool, spare};
-  SpecPolicy policy(opt.spec_tokens);
+  SpecPolicy policy(std::min(opt.spec_tokens, opt.drafter->max_draft()),
+                    !opt.drafter->cost_grows_with_k());
   struct Report {
     const GenerateOptions& o;
     GenerateStats& s;

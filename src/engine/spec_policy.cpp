@@ -51,14 +51,13 @@ int64_t SpecPolicy::next_k() {
 
 int64_t SpecPolicy::best() const {
   const double p = std::min(acceptance(), 0.999);
-  const double d = draft_token_s();
   int64_t best = 1;
   double best_rate = -1.0;
   double expected = 1.0, pk = 1.0;  // tokens a pass emits: 1 + p + … + p^k
   for (int64_t k = 1; k <= max_k_; ++k) {
     pk *= p;
     expected += pk;
-    const double rate = expected / (pass_s(k + 1) + d * double(k));
+    const double rate = expected / (pass_s(k + 1) + draft_s(k));
     if (rate > best_rate * (1.0 + 1e-9)) best_rate = rate, best = k;
   }
   return best;
@@ -71,6 +70,7 @@ void SpecPolicy::record(int64_t k, int64_t accepted, double verify_s, double dra
     rej_ = rej_ * kDecay + (accepted < k ? 1.0 : 0.0);
     draft_s_ = draft_s_ * kDecay + draft_s;
     draft_n_ = draft_n_ * kDecay + double(k);
+    draft_calls_ = draft_calls_ * kDecay + 1.0;
   }
   double& t = pass_[size_t(std::min(k + 1, int64_t(pass_.size()) - 1))];
   t = t < 0 ? verify_s : 0.8 * t + 0.2 * verify_s;
@@ -80,8 +80,9 @@ std::string SpecPolicy::describe() const {
   const int64_t k = best();
   return fmt::format(
       "k {}: acceptance {:.2f}, pass of 1 row {:.3f} ms, of {} rows {:.3f} ms, draft {:.3f} "
-      "ms/token",
-      k, acceptance(), pass_s(1) * 1e3, k + 1, pass_s(k + 1) * 1e3, draft_token_s() * 1e3);
+      "ms/{}",
+      k, acceptance(), pass_s(1) * 1e3, k + 1, pass_s(k + 1) * 1e3,
+      (per_call_ ? draft_call_s() : draft_token_s()) * 1e3, per_call_ ? "call" : "token");
 }
 
 }  // namespace basalt

@@ -38,6 +38,23 @@ TEST(SpecPolicy, DraftsOneWhenDraftsFail) {
   EXPECT_LT(sp.acceptance(), 0.1);
 }
 
+// A block drafter's cost does not grow with k: charged per call, an expensive draft does not
+// shorten the draft, while the same cost charged per token does.
+TEST(SpecPolicy, ABlockDrafterIsChargedPerCall) {
+  SpecPolicy per_token(8), per_call(8, true);
+  for (SpecPolicy* sp : {&per_token, &per_call})
+    for (int i = 0; i < 200; ++i) {
+      const int64_t k = sp->next_k();
+      const int64_t acc = std::min<int64_t>(k, i % 3);        // 0, 1, 2 drafts stand in turn
+      sp->record(k, acc, 1e-3 + 1e-5 * double(k + 1), 2e-3);  // a draft call costs 2 passes
+    }
+  EXPECT_NEAR(per_call.draft_call_s(), 2e-3, 1e-9);
+  EXPECT_NEAR(per_call.draft_s(5), 2e-3, 1e-9);
+  EXPECT_GT(per_call.best(), per_token.best());
+  EXPECT_EQ(per_token.best(), 1);
+  EXPECT_NE(per_call.describe().find("ms/call"), std::string::npos) << per_call.describe();
+}
+
 TEST(SpecPolicy, ExpensiveRowsShortenTheDraft) {
   SpecPolicy cheap(16), dear(16);
   feed(cheap, 0.7, 1e-3, 1e-6);
