@@ -220,6 +220,8 @@ DSparkDrafter::DSparkDrafter(std::shared_ptr<const DSparkHead> head, Backend& be
         be.name());
   if (be.act_dtype() != DType::F32)
     fail("[spec] dspark: the {} backend's activations are not f32", be.name());
+  fc_ = be.prepare_weight(head_->fc);  // (a backend may copy: once, not per draft)
+  hidden_norm_ = be.prepare_vector(head_->hidden_norm.data(), head_->E);
 }
 
 DSparkDrafter::~DSparkDrafter() {
@@ -248,9 +250,8 @@ std::vector<int32_t> DSparkDrafter::draft(std::span<const int32_t> h, int64_t k)
       ctx_ = be_.alloc(dtype_bytes(be_.act_dtype(), size_t(ctx_cap_ * E)));
       proj_ = static_cast<float*>(be_.alloc(size_t(ctx_cap_ * E) * sizeof(float)));
     }
-    be_.matmul(staged_, m, be_.prepare_weight(d.fc), proj_);
-    be_.rmsnorm(proj_, be_.prepare_vector(d.hidden_norm.data(), E), ctx_, m, E,
-                d.backbone->config().rms_eps);
+    be_.matmul(staged_, m, fc_, proj_);
+    be_.rmsnorm(proj_, hidden_norm_, ctx_, m, E, d.backbone->config().rms_eps);
     d.backbone->forward_context(be_, *pool_, seq_, std::span(h).subspan(size_t(end()), size_t(m)),
                                 ctx_);
     drop_staged(m);

@@ -171,7 +171,9 @@ class DSparkDrafter final : public HiddenStateDrafter {
  private:
   std::shared_ptr<const DSparkHead> head_;
   float min_conf_ = 0.0f;
-  void* ctx_ = nullptr;    // [cap, E]: fc · taps, then hidden_norm (act_dtype)
+  WeightRef fc_;                        // the head's fc, resident on be_ (prepared once)
+  const float* hidden_norm_ = nullptr;  // likewise
+  void* ctx_ = nullptr;                 // [cap, E]: fc · taps, then hidden_norm (act_dtype)
   float* proj_ = nullptr;  // [cap, E] f32
   int64_t ctx_cap_ = 0;
   Block block_;
