@@ -225,6 +225,12 @@ TEST(Cli, GenerateWithNgramSpeculationPrintsThePlainText) {
   ASSERT_EQ(draft.code, 0) << draft.err;
   EXPECT_EQ(draft.out, plain.out);
   EXPECT_NE(draft.err.find("adaptive: k "), std::string::npos) << draft.err;
+  // The DSpark drafter trained for the default model.
+  Result dspark = run(gen + " --spec dspark:" + quote(test::source_dir() + "/models/dspark"));
+  ASSERT_EQ(dspark.code, 0) << dspark.err;
+  EXPECT_EQ(dspark.out, plain.out);
+  EXPECT_NE(dspark.err.find("speculative (dspark, up to 4 a pass)"), std::string::npos)
+      << dspark.err;
   Result no_head = run(gen + " --spec mtp");
   EXPECT_NE(no_head.code, 0);
   EXPECT_NE(no_head.err.find("no MTP head"), std::string::npos) << no_head.err;
