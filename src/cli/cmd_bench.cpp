@@ -36,6 +36,10 @@ struct BenchArgs {
   int64_t spec_tokens = 4;
   float spec_min_confidence = 0.0f;
   bool spec_adaptive = false;
+  // --verify-rows: time passes of T rows with every row's argmax (a verification of T - 1
+  // drafts) at the context after the decode, rolled back after each; a pass of 1 row is timed
+  // too, the unit of the speed-up T · c(1) / c(T) every draft standing would give.
+  std::vector<int64_t> verify_rows;
 };
 
 double now_s() {
@@ -97,7 +101,17 @@ int run_bench(const BenchArgs& a) {
   struct Row {
     int64_t P;
     double pre_s, dec_s;
+    std::vector<double> verify_s;  // median per --verify-rows entry
   };
+  const int64_t max_rows =
+      a.verify_rows.empty() ? 0 : *std::max_element(a.verify_rows.begin(), a.verify_rows.end());
+  if (!a.verify_rows.empty() && !a.spec.empty())
+    fail("[bench] --verify-rows times plain passes: leave out --spec");
+  std::vector<int64_t> vrows = a.verify_rows;
+  for (int64_t T : vrows)
+    if (T < 1 || T > 256) fail("[bench] --verify-rows {}: 1 … 256 rows", T);
+  if (!vrows.empty() && std::find(vrows.begin(), vrows.end(), 1) == vrows.end())
+    vrows.insert(vrows.begin(), 1);
   std::vector<Row> rows;
   GenerateStats spec;  // --spec: the last run's counts
   for (int64_t P : a.prompts) {
@@ -128,7 +142,8 @@ int run_bench(const BenchArgs& a) {
     }
     // One cache for the repeats, as llama-bench keeps its context: the first repeat touches
     // its pages (page faults that serving, which keeps its pool, does not pay per request).
-    auto pool = model->new_kv_pool(*be, P + a.n);
+    auto pool = model->new_kv_pool(*be, P + a.n + max_rows);
+    std::vector<std::vector<double>> ver(vrows.size());
     for (int r = 0; r < a.repeats; ++r) {
       KvSequence seq;
       std::vector<float> logits(static_cast<size_t>(c.vocab));
@@ -147,9 +162,26 @@ int run_bench(const BenchArgs& a) {
         model->forward(*be, *pool, seq, tok, logits.data(), false, &next);
       }
       dec.push_back(now_s() - t0);
+      // Verification passes: T rows, all their argmaxes, then back to the decode's end (the
+      // KV rollback speculative decoding does; hybrid models' state is not restored, which
+      // changes the values computed, not the work).
+      std::vector<int32_t> in(static_cast<size_t>(max_rows)), out(static_cast<size_t>(max_rows));
+      std::vector<float> all(static_cast<size_t>(max_rows * c.vocab));
+      for (int64_t i = 0; i < max_rows; ++i) in[size_t(i)] = int32_t((i * 31 + next) % c.vocab);
+      for (size_t v = 0; v < vrows.size(); ++v)
+        for (int rep = 0; rep < 5; ++rep) {
+          const int64_t T = vrows[v], at = seq.length;
+          t0 = now_s();
+          model->forward(*be, *pool, seq, std::span(in).first(size_t(T)), all.data(), true,
+                         out.data());
+          ver[v].push_back(now_s() - t0);
+          pool->truncate(seq, at);
+        }
       pool->release(seq);
     }
-    rows.push_back({P, median(pre), median(dec)});
+    Row row{P, median(pre), median(dec), {}};
+    for (auto& v : ver) row.verify_s.push_back(median(v));
+    rows.push_back(row);
   }
   // The model's peak memory is read before the roofline probes allocate their buffers.
   // Rooflines: host backends, the copy bandwidth of the pool's threads and the f32 matmul kernel
@@ -192,6 +224,10 @@ int run_bench(const BenchArgs& a) {
     const memory::Program prog = model->scratch_program(*be, chunk, 1);
     const memory::Plan plan = memory::plan(prog.values());
     const double mm_frac = prefill_flops / pre_s / mm_rate;
+    const double one_row =
+        row.verify_s.empty()
+            ? 0.0
+            : row.verify_s[size_t(std::find(vrows.begin(), vrows.end(), 1) - vrows.begin())];
     if (a.json) {
       nlohmann::json j = {{"backend", be->name()},
                           {"recipe_shapes", be->kernel_choices().size()},
@@ -222,6 +258,12 @@ int run_bench(const BenchArgs& a) {
         j["spec_verify_s"] = spec.decode_s - spec.draft_s;
         if (a.spec_adaptive) j["spec_policy"] = spec.spec_policy;
       }
+      for (size_t v = 0; v < row.verify_s.size(); ++v) {
+        const std::string T = std::to_string(vrows[v]);
+        j["verify_pass_ms"][T] = row.verify_s[v] * 1e3;
+        // T tokens a pass if every draft stood (drafting free), against 1 a one-row pass.
+        j["verify_full_acceptance_speedup"][T] = double(vrows[v]) * one_row / row.verify_s[v];
+      }
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("%8lld %8lld %14.1f %10.1f %6.0f%% %14.2f %10.2f %6.0f%%\n", (long long)P,
@@ -232,6 +274,12 @@ int run_bench(const BenchArgs& a) {
                    "one buffer each %.1f)\n",
                    (long long)chunk, double(plan.peak) / (1 << 20),
                    double(plan.lower_bound) / (1 << 20), double(plan.naive_sum) / (1 << 20));
+      for (size_t v = 0; v < row.verify_s.size(); ++v)
+        std::fprintf(stderr,
+                     "verification pass of %lld rows at context %lld: %.3f ms (%.2fx a one-row "
+                     "pass's tokens/s if every draft stood)\n",
+                     (long long)vrows[v], (long long)(P + a.n), row.verify_s[v] * 1e3,
+                     double(vrows[v]) * one_row / row.verify_s[v]);
     }
   }
   if (!a.spec.empty())
@@ -266,6 +314,11 @@ Runner add_bench(CLI::App& app) {
                    "acceptance and the drafting / verifying time",
                    &a->spec_adaptive, &a->spec_min_confidence);
   sc->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per pass (0 = all)");
+  sc->add_option("--verify-rows", a->verify_rows,
+                 "Also time verification passes of these row counts (k drafts + 1), e.g. "
+                 "1,2,3,5,9, at the context after the decode, and the speed-up if every draft "
+                 "stood")
+      ->delimiter(',');
   sc->add_flag("--json", a->json, "One JSON object per configuration");
   return [a] { return run_bench(*a); };
 }

@@ -249,6 +249,16 @@ TEST(Cli, GenerateWithNgramSpeculationPrintsThePlainText) {
   const auto jd = nlohmann::json::parse(ds.out.substr(ds.out.find('{')));
   EXPECT_GT(jd["spec_drafted"].get<int64_t>(), 0);
   EXPECT_NE(ds.err.find("speculative (dspark:"), std::string::npos) << ds.err;
+  // The cost of verification passes (k drafts + 1 rows), and what full acceptance would give.
+  Result vr = run("bench --device cpu -p 16 -n 8 -r 1 --json --verify-rows 3,5");
+  ASSERT_EQ(vr.code, 0) << vr.err;
+  const auto jv = nlohmann::json::parse(vr.out.substr(vr.out.find('{')));
+  for (const char* T : {"1", "3", "5"}) {
+    EXPECT_GT(jv["verify_pass_ms"][T].get<double>(), 0.0) << T;
+    EXPECT_GT(jv["verify_full_acceptance_speedup"][T].get<double>(), 0.0) << T;
+  }
+  EXPECT_EQ(jv["verify_full_acceptance_speedup"]["1"].get<double>(), 1.0);
+  EXPECT_NE(run("bench --device cpu -p 8 -n 8 -r 1 --verify-rows 3 --spec ngram").code, 0);
   Result not_a_model =
       run("bench --device cpu -p 8 -n 8 -r 1 -m " + quote(golden + "dspark_qwen3"));
   EXPECT_NE(not_a_model.code, 0);

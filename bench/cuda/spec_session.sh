@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# One device call for issue 8's H200 figures: the verification-pass cost per k (T = k + 1 rows)
+# of synthetic llama-3.1-8b, qwen3-8b and qwen3-0.6b (`bench --verify-rows`: what a drafter that
+# is right every time would give, the "≥ 2× where the draft is right" target), and the default
+# model with its trained drafters (ngram, draft:models/draft; dspark is CPU-only for now). Run
+# from the repository root on the GPU machine with build-cuda/{basalt, tests/gpu/*, rtlib}
+# carried; results in $OUT. Knobs: SKIP_TESTS=1, MODELS="llama-3.1-8b qwen3-8b qwen3-0.6b".
+. "$(dirname "$0")/session_common.sh"
+gpu_tests
+for name in ${MODELS:-llama-3.1-8b qwen3-8b qwen3-0.6b}; do
+  model_dir $name
+  step $B/basalt bench -m $M --device cuda -p 512 -n 64 -r 3 --json --verify-rows 2,3,5,9,17 \
+    > "$OUT/verify_$name.txt" 2>&1
+  grep -E "^verification|^\{" "$OUT/verify_$name.txt" | cut -c1-400
+done
+for s in "" "--spec ngram" "--spec draft:models/draft"; do
+  n=$(echo "plain $s" | tr -c 'a-z0-9\n' _)
+  step $B/basalt bench --device cuda -p 32 -n 256 -r 5 --json $s > "$OUT/default_$n.txt" 2>&1
+  grep -E "^\{|^speculative" "$OUT/default_$n.txt" | cut -c1-300
+done
