@@ -8,6 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "backends/cpu/cpu_backend.h"
@@ -213,6 +216,36 @@ TEST(DSpark, BadDraftersAreRefusedClearly) {
   test::expect_error([&] { model_load(golden("dspark_qwen3")); }, {"--spec dspark:PATH"});
   test::expect_error([&] { make_drafter("dspark:", *be, *m, 64); }, {"dspark:PATH"});
   test::expect_error([&] { make_drafter("spark:x", *be, *m, 64); }, {"dspark:PATH"});
+  // Edited copies of a drafter: each config or tensor problem is named.
+  auto edited = [&](const std::function<void(nlohmann::json&)>& edit) {
+    test::TempDir dir;
+    for (const char* f : {"config.json", "model.safetensors"})
+      std::filesystem::copy_file(golden("dspark_qwen3") + "/" + f, dir.path / f);
+    auto cfg = io::json_load_file(golden("dspark_qwen3") + "/config.json");
+    edit(cfg);
+    std::ofstream(dir.path / "config.json") << cfg.dump();
+    std::string err;
+    try {
+      make_drafter("dspark:" + dir.path.string(), *be, *m, 64);
+    } catch (const Error& e) {
+      err = e.what();
+    }
+    return err;
+  };
+  EXPECT_NE(edited([](auto& c) { c["markov_rank"] = 16; }).find("markov_head.markov_w1.weight"),
+            std::string::npos);
+  EXPECT_NE(edited([](auto& c) { c["markov_head_type"] = "lstm"; }).find("'lstm'"),
+            std::string::npos);
+  EXPECT_NE(edited([](auto& c) {
+              c["target_layer_ids"] = {0, 2};
+            }).find("target_layer_ids"),
+            std::string::npos);
+  EXPECT_NE(edited([](auto& c) { c["num_target_layers"] = 4; }).find("4 layers"),
+            std::string::npos);
+  EXPECT_NE(edited([](auto& c) { c["mask_token_id"] = 384; }).find("mask_token_id"),
+            std::string::npos);
+  EXPECT_NE(edited([](auto& c) { c.erase("block_size"); }).find("block_size"), std::string::npos);
+  EXPECT_EQ(edited([](auto&) {}), "");  // the unedited copy loads
   // Taps must ascend below the last layer.
   test::expect_error([&] { m->set_taps({0, 2}); }, {"taps must ascend", "[-1, 1]"});
   test::expect_error([&] { m->set_taps({1, 0}); }, {"taps must ascend"});
