@@ -7,9 +7,10 @@ import threading
 import time
 
 import httpx
+import openai
 import pytest
 
-from conftest import MODEL, Server, basalt_bin
+from conftest import MODEL, REPO, Server, basalt_bin
 
 # The issue asks for 64 simultaneous streams; 64 finishes well within a minute on the
 # 2-core CI machine with the embedded model.
@@ -135,3 +136,39 @@ def test_env_and_run(server):
     bad = subprocess.run([str(basalt_bin()), "env", "--url", "http://127.0.0.1:9"],
                          capture_output=True, text=True, timeout=30)
     assert bad.returncode == 1 and "no basalt server" in bad.stderr
+
+
+def test_speculative_servers_give_the_plain_text(server):
+    """`serve --spec dspark:models/dspark` (the trained DSpark drafter) and `--spec ngram`: the
+    same completions as the plain server, greedy and sampled with a seed, requests in flight
+    together; the drafters did draft and some drafts stood."""
+    prompts = ["And God said", "In the beginning", "And Moses said unto the LORD",
+               "Blessed is the man"]
+
+    def complete(url, i, seed, out):
+        c = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        r = c.completions.create(model=MODEL, prompt=prompts[i % len(prompts)], max_tokens=48,
+                                 temperature=0 if seed is None else 0.8, seed=seed)
+        out[(i, seed)] = r.choices[0].text
+
+    jobs = [(i, seed) for i in range(len(prompts)) for seed in (None, 7)]
+    plain = {}
+    for i, seed in jobs:
+        complete(server.url, i, seed, plain)
+    for spec in ("dspark:" + str(REPO / "models" / "dspark"), "ngram"):
+        s = Server("--spec", spec, "--spec-tokens", "4")
+        try:
+            got = {}
+            threads = [threading.Thread(target=complete, args=(s.url, i, seed, got))
+                       for i, seed in jobs]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120)
+            assert got == plain, spec
+            m = s.metrics()
+            assert m["basalt_spec_draft_tokens_total"] > 0, spec
+            assert m["basalt_spec_accepted_tokens_total"] > 0, spec
+        finally:
+            s.stop()
+        assert s.proc.returncode == 0, s.log()
