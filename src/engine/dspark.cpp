@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "models/arch.h"
+#include "ops/ref/ref_ops.h"
 
 namespace basalt {
 
@@ -18,32 +19,13 @@ float sigmoid(float x) {
   return 1.0f / (1.0f + std::exp(-x));
 }
 
-// y[n] = Σ_k w[n, k] · x[k] (+ b[n]), w [N, K] row-major.
-void gemv(const float* w, const float* x, const float* b, int64_t N, int64_t K, float* y) {
-  for (int64_t n = 0; n < N; ++n) {
-    const float* r = w + n * K;
-    float acc = 0.0f;
-    for (int64_t k = 0; k < K; ++k) acc += r[k] * x[k];
-    y[n] = b ? acc + b[n] : acc;
-  }
+// y = W · x (+ b) for one row x: W [N, K] f32 row-major (the scalar reference matmul).
+void gemv(const std::vector<float>& w, const float* x, const float* b, int64_t N, int64_t K,
+          float* y) {
+  ref::matmul(x, 1, WeightRef{DType::F32, N, K, w.data()}, y);
+  if (b)
+    for (int64_t n = 0; n < N; ++n) y[n] += b[n];
 }
-
-// Reads the tensors the backbone does not: shape-checked, widened to f32.
-struct Reader {
-  const io::TensorStore& ts;
-  std::string file;
-  std::vector<float> get(const std::string& name, std::vector<int64_t> shape) const {
-    const TensorView* t = ts.find(name);
-    if (!t) fail("[spec] {}: missing tensor '{}'", file, name);
-    if (t->shape != shape)
-      fail("[spec] {}: tensor '{}' has shape {}, expected {}", file, name, shape_str(t->shape),
-           shape_str(shape));
-    std::vector<float> v(size_t(t->numel()));
-    for (int64_t i = 0; i < t->numel(); ++i)
-      v[size_t(i)] = float(dtype_read_f64(t->dtype, t->data, i));
-    return v;
-  }
-};
 
 // A drafter without its copies of the target's embedding / LM head (basalt's own drafters ship
 // without them: DeepSpec keeps them frozen, equal to the target's) gets the target's, copied.
@@ -98,21 +80,21 @@ void DSparkHead::chain(const float* base, const float* hidden, int32_t anchor, i
         z.assign(h, h + E);
         z.insert(z.end(), e.begin(), e.end());
         proj.resize(size_t(r));
-        gemv(gate_w.data(), z.data(), gate_b.data(), r, E + r, proj.data());
+        gemv(gate_w, z.data(), gate_b.data(), r, E + r, proj.data());
         for (int64_t i = 0; i < r; ++i) lat[size_t(i)] = sigmoid(proj[size_t(i)]) * e[size_t(i)];
       } else if (markov == Markov::Rnn) {
         z.assign(state.begin(), state.end());
         z.insert(z.end(), e.begin(), e.end());
         z.insert(z.end(), h, h + E);
         proj.resize(size_t(3 * r));
-        gemv(joint_w.data(), z.data(), joint_b.data(), 3 * r, 2 * r + E, proj.data());
+        gemv(joint_w, z.data(), joint_b.data(), 3 * r, 2 * r + E, proj.data());
         for (int64_t i = 0; i < r; ++i) {
           const float g = sigmoid(proj[size_t(i)]), c = std::tanh(proj[size_t(r + i)]);
           state[size_t(i)] = g * state[size_t(i)] + (1.0f - g) * c;
           lat[size_t(i)] = std::tanh(proj[size_t(2 * r + i)]);
         }
       }
-      gemv(w2.data(), lat.data(), nullptr, V, r, bias.data());
+      gemv(w2, lat.data(), nullptr, V, r, bias.data());
       for (int64_t v = 0; v < V; ++v) row[size_t(v)] += bias[size_t(v)];
     }
     const int32_t t = int32_t(std::max_element(row.begin(), row.end()) - row.begin());
@@ -132,7 +114,10 @@ std::shared_ptr<DSparkHead> dspark_load(const std::string& path, const Model& ta
   borrow(ck.tensors, "embed_tokens.weight", target, false, path);
   borrow(ck.tensors, "lm_head.weight", target, true, path);
   d->backbone = dspark_backbone(std::move(ck));
-  const Reader rd{d->backbone->checkpoint().tensors, path};
+  const io::TensorStore& ts = d->backbone->checkpoint().tensors;
+  auto rd = [&](const std::string& name, const std::vector<int64_t>& shape) {
+    return tensor_floats(ts, name, shape, "spec", path);
+  };
   const ModelConfig& c = d->backbone->config();
   d->E = c.hidden, d->V = c.vocab;
   if (c.vocab != tc.vocab || c.hidden != tc.hidden)
@@ -163,25 +148,27 @@ std::shared_ptr<DSparkHead> dspark_load(const std::string& path, const Model& ta
   d->rank = cfg_int_or(cfg, "markov_rank", 0, file);
   if (d->rank < 0) fail("[config] {}: markov_rank {} is negative", file, d->rank);
   const int64_t E = d->E, V = d->V, r = d->rank, n = int64_t(d->taps.size());
+  std::string kind = "none";
   if (r > 0) {
-    const std::string kind = cfg.contains("markov_head_type") && cfg["markov_head_type"].is_string()
-                                 ? cfg["markov_head_type"].get<std::string>()
-                                 : "";
-    d->markov = kind == "vanilla" ? DSparkHead::Markov::Vanilla
-                : kind == "gated" ? DSparkHead::Markov::Gated
-                : kind == "rnn"   ? DSparkHead::Markov::Rnn
-                                  : (fail("[config] {}: markov_head_type '{}' (vanilla, gated or "
-                                            "rnn expected)",
-                                          file, kind),
-                                   DSparkHead::Markov::None);
-    d->w1 = rd.get("markov_head.markov_w1.weight", {V, r});
-    d->w2 = rd.get("markov_head.markov_w2.weight", {V, r});
+    kind = cfg.contains("markov_head_type") && cfg["markov_head_type"].is_string()
+               ? cfg["markov_head_type"].get<std::string>()
+               : "";
+    if (kind == "vanilla")
+      d->markov = DSparkHead::Markov::Vanilla;
+    else if (kind == "gated")
+      d->markov = DSparkHead::Markov::Gated;
+    else if (kind == "rnn")
+      d->markov = DSparkHead::Markov::Rnn;
+    else
+      fail("[config] {}: markov_head_type '{}' (vanilla, gated or rnn expected)", file, kind);
+    d->w1 = rd("markov_head.markov_w1.weight", {V, r});
+    d->w2 = rd("markov_head.markov_w2.weight", {V, r});
     if (d->markov == DSparkHead::Markov::Gated) {
-      d->gate_w = rd.get("markov_head.gate_proj.weight", {r, E + r});
-      d->gate_b = rd.get("markov_head.gate_proj.bias", {r});
+      d->gate_w = rd("markov_head.gate_proj.weight", {r, E + r});
+      d->gate_b = rd("markov_head.gate_proj.bias", {r});
     } else if (d->markov == DSparkHead::Markov::Rnn) {
-      d->joint_w = rd.get("markov_head.joint_proj.weight", {3 * r, 2 * r + E});
-      d->joint_b = rd.get("markov_head.joint_proj.bias", {3 * r});
+      d->joint_w = rd("markov_head.joint_proj.weight", {3 * r, 2 * r + E});
+      d->joint_b = rd("markov_head.joint_proj.bias", {3 * r});
     }
   }
   d->confidence = cfg_bool_or(cfg, "enable_confidence_head", false, file);
@@ -190,21 +177,17 @@ std::shared_ptr<DSparkHead> dspark_load(const std::string& path, const Model& ta
     if (d->confidence_markov && r == 0)
       fail("[config] {}: confidence_head_with_markov needs a Markov head (markov_rank > 0)", file);
     const int64_t in = E + (d->confidence_markov ? r : 0);
-    d->conf_w = rd.get("confidence_head.proj.weight", {1, in});
-    d->conf_b = rd.get("confidence_head.proj.bias", {1})[0];
+    d->conf_w = rd("confidence_head.proj.weight", {1, in});
+    d->conf_b = rd("confidence_head.proj.bias", {1})[0];
   }
-  d->fc_data = rd.get("fc.weight", {E, n * E});
+  d->fc_data = rd("fc.weight", {E, n * E});
   d->fc = WeightRef{DType::F32, E, n * E, d->fc_data.data()};
-  d->hidden_norm = rd.get("hidden_norm.weight", {E});
+  d->hidden_norm = rd("hidden_norm.weight", {E});
   spdlog::info(
       "loaded DSpark drafter {}: {} layers, block {}, taps of target layers [{}], Markov {} "
       "(rank {}), confidence head {}",
-      path, c.n_layers, d->block, fmt::join(d->taps, ", "),
-      r == 0                                     ? "none"
-      : d->markov == DSparkHead::Markov::Vanilla ? "vanilla"
-      : d->markov == DSparkHead::Markov::Gated   ? "gated"
-                                                 : "rnn",
-      r, d->confidence ? (d->confidence_markov ? "with Markov features" : "on") : "off");
+      path, c.n_layers, d->block, fmt::join(d->taps, ", "), kind, r,
+      d->confidence ? (d->confidence_markov ? "with Markov features" : "on") : "off");
   return d;
 }
 

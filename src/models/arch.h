@@ -39,5 +39,10 @@ bool cfg_bool_or(const nlohmann::json& c, const char* key, bool dflt, const std:
 void hf_common(const nlohmann::json& config, const std::string& file, ModelConfig& c);
 // The same from GGUF "{arch}.*" keys.
 void gguf_common(const io::GgufFile& g, const std::string& arch, ModelConfig& c);
+// Tensor `name` of `ts` as f32 values, checked to exist, to have `shape` and a float dtype;
+// errors begin "[tag] file: " (what the model binder reads norms and vectors with).
+std::vector<float> tensor_floats(const io::TensorStore& ts, const std::string& name,
+                                 const std::vector<int64_t>& shape, const std::string& tag,
+                                 const std::string& file);
 
 }  // namespace basalt::models

@@ -20,6 +20,39 @@ const std::vector<const ArchSpec*>& arch_all() {
   return all;
 }
 
+// The checks every tensor read shares; `tag` and `file` open the messages ("[tag] file: …").
+const TensorView& tensor_get(const io::TensorStore& ts, const std::string& name,
+                             const std::string& tag, const std::string& file) {
+  const TensorView* t = ts.find(name);
+  if (!t) fail("[{}] {}: missing tensor '{}'", tag, file, name);
+  return *t;
+}
+
+void tensor_check_shape(const TensorView& t, const std::vector<int64_t>& want,
+                        const std::string& tag, const std::string& file) {
+  if (t.shape != want)
+    fail("[{}] {}: tensor '{}' has shape {}, the config implies {}", tag, file, t.name,
+         shape_str(t.shape), shape_str(want));
+}
+
+std::vector<float> tensor_to_f32(const TensorView& t, const std::string& tag,
+                                 const std::string& file) {
+  if (!dtype_is_float(t.dtype))
+    fail("[{}] {}: tensor '{}' has non-float dtype {}", tag, file, t.name, dtype_name(t.dtype));
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i)
+    out[size_t(i)] = float(dtype_read_f64(t.dtype, t.data, i));
+  return out;
+}
+
+std::vector<float> tensor_floats(const io::TensorStore& ts, const std::string& name,
+                                 const std::vector<int64_t>& shape, const std::string& tag,
+                                 const std::string& file) {
+  const TensorView& t = tensor_get(ts, name, tag, file);
+  tensor_check_shape(t, shape, tag, file);
+  return tensor_to_f32(t, tag, file);
+}
+
 namespace {
 
 struct Names {  // tensor names of one format
@@ -67,15 +100,11 @@ class Binder {
       : ts_(ts), arch_(std::move(arch)), file_(std::move(file)), w_(w), quant_(std::move(quant)) {}
 
   const TensorView& get(const std::string& name) const {
-    const TensorView* t = ts_.find(name);
-    if (!t) fail("[{}] {}: missing tensor '{}'", arch_, file_, name);
-    return *t;
+    return tensor_get(ts_, name, arch_, file_);
   }
 
-  void check_shape(const TensorView& t, std::vector<int64_t> want) const {
-    if (t.shape != want)
-      fail("[{}] {}: tensor '{}' has shape {}, the config implies {}", arch_, file_, t.name,
-           shape_str(t.shape), shape_str(want));
+  void check_shape(const TensorView& t, const std::vector<int64_t>& want) const {
+    tensor_check_shape(t, want, arch_, file_);
   }
 
   // A [rows, cols] matrix, zero-copy where the matmul kernels read its dtype (the scaled
@@ -113,10 +142,8 @@ class Binder {
 
   std::vector<float> vec(const std::string& name, int64_t n) { return floats(name, {n}); }
   // Any tensor of this shape, as f32 values.
-  std::vector<float> floats(const std::string& name, std::vector<int64_t> shape) {
-    const TensorView& t = get(name);
-    check_shape(t, std::move(shape));
-    return to_f32(t);
+  std::vector<float> floats(const std::string& name, const std::vector<int64_t>& shape) {
+    return tensor_floats(ts_, name, shape, arch_, file_);
   }
 
   // A matrix as plain f32 values (embedding tables, which no kernel reads scaled).
@@ -194,15 +221,7 @@ class Binder {
   bool has(const std::string& name) const { return ts_.contains(name); }
 
  private:
-  std::vector<float> to_f32(const TensorView& t) const {
-    if (!dtype_is_float(t.dtype))
-      fail("[{}] {}: tensor '{}' has non-float dtype {}", arch_, file_, t.name,
-           dtype_name(t.dtype));
-    std::vector<float> out(static_cast<size_t>(t.numel()));
-    for (int64_t i = 0; i < t.numel(); ++i)
-      out[size_t(i)] = float(dtype_read_f64(t.dtype, t.data, i));
-    return out;
-  }
+  std::vector<float> to_f32(const TensorView& t) const { return tensor_to_f32(t, arch_, file_); }
   // --- scaled formats (models/quant_config.h) -------------------------------------------
   std::vector<float> scale_values(const TensorView& t) const {
     if (!dtype_is_float(t.dtype) || dtype_block_elems(t.dtype) != 1)

@@ -652,11 +652,11 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
     be.rope_angles(w.inv_freq, half, s.cos, s.sin);
     // Taps: the residual stream after layer `l` (-1: the embedding) into column block i.
     const bool tapping = keep_hidden && !taps_.empty();
+    const size_t row = size_t(E) * sizeof(float);  // a row of the (f32) residual stream
     auto tap = [&](int64_t l) {
       for (size_t i = 0; tapping && i < taps_.size(); ++i)
         if (taps_[i] == l)
-          be.copy_rows(static_cast<char*>(hidden_) + i * size_t(E) * 4,
-                       taps_.size() * size_t(E) * 4, s.x, size_t(E) * 4, size_t(E) * 4, T);
+          be.copy_rows(static_cast<char*>(hidden_) + i * row, taps_.size() * row, s.x, row, row, T);
     };
     tap(-1);
     for (int64_t l = 0; l < c.n_layers; ++l) {
