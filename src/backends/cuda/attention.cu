@@ -311,82 +311,86 @@ __global__ void __launch_bounds__(32 * kWarps)
   }
 }
 
-// The merge of a split pass: one block of D threads per (t, h), thread d folding output dim d
-// over the row's chunk partials left to right with merge()'s arithmetic, so the bits are those
-// of the fused kernels' in-warp merge. The partials of a row are contiguous; stages of kCps of
-// them stream through shared memory kStages - 1 ahead (a warp loading a few partials at a time
-// spent a memory round trip per few chunks). merge()'s coefficients a = exp(M' - M),
-// b = exp(m - M) depend only on the running max M, which is exact (a prefix max), so they are
-// computed for a stage's chunks in parallel, once per chunk; each thread's chain is then two
-// multiplies and an add per chunk.
+// The merge of a split pass: one warp per (t, h) and 32 of its output dims (a block each, so
+// the D / 32 warps of a row spread over the SMs: with a block of D threads per row a decode
+// step's 32 rows kept 32 SMs busy and the merge took half of 32K decode attention). Lane d folds
+// output dim d over the row's chunk partials left to right with merge()'s arithmetic, so the
+// bits are those of the fused kernels' in-warp merge. Stages of 32 partials (the warp's 32 dims
+// and the (m, l) pair) stream through shared memory kStages - 1 ahead. merge()'s coefficients
+// a = exp(M' - M), b = exp(m - M) depend only on the running max M, which is exact (a prefix
+// max, taken by a warp scan), so lane i computes those of a stage's chunk i; each lane's chain
+// is then two multiplies and an add per chunk.
 template <int D>
-struct MergeRing {
-  static constexpr int kStages = 4;
-  static constexpr int kCps = 8192 / (kPartFloats<D> * 4);  // chunks per stage, about 8 KB
-  float part[kStages][kCps * kPartFloats<D>];
-  float a[kCps], b[kCps], mx[kCps];
-};
-
-template <int D>
-__global__ void __launch_bounds__(D) attn_split_merge_kernel(AttnArgs a, int64_t max_chunks) {
+__global__ void __launch_bounds__(32) attn_split_merge_kernel(AttnArgs a, int64_t max_chunks) {
   pdl_trigger();
-  using Ring = MergeRing<D>;
-  constexpr int kP = kPartFloats<D>, kCps = Ring::kCps, kS = Ring::kStages;
-  __shared__ __align__(16) Ring r;
-  const int d = threadIdx.x;
-  const int64_t th = blockIdx.x;
+  constexpr int kP = kPartFloats<D>, kStages = 4, kC = 32;  // kC: chunks a stage, one a lane
+  constexpr int kW = 36;  // floats of a staged chunk: 32 dims, m, l, 2 unused
+  constexpr int kSlices = D / 32;
+  constexpr unsigned kAll = 0xffffffffu;
+  __shared__ __align__(16) float part[kStages][kC * kW];
+  const int lane = threadIdx.x;
+  const int64_t th = blockIdx.x / kSlices;
+  const int slice = int(blockIdx.x % kSlices);
   const int64_t nc = n_chunks(row_pos(a, th / a.H));
   const float* src = a.workspace + th * max_chunks * kP;
   auto issue = [&](int64_t stage) {
-    const int64_t c0 = stage * kCps;
+    const int64_t c0 = stage * kC;
     if (c0 < nc) {
-      const int cnt = int(nc - c0 < kCps ? nc - c0 : kCps);
-      const uint32_t dst = smem_addr(r.part[stage % kS]);
-      for (int u = d; u < cnt * kP / 4; u += D)
-        cp_async16_s(dst + u * 16, src + c0 * kP + u * 4, 16);
+      const int cnt = int(nc - c0 < kC ? nc - c0 : kC);
+      const uint32_t dst = smem_addr(part[stage % kStages]);
+      for (int u = lane; u < cnt * 9; u += 32) {  // 9 pieces of 16 bytes a chunk
+        const int i = u / 9, q = u % 9;
+        cp_async16_s(dst + (i * kW + q * 4) * 4,
+                     src + (c0 + i) * kP + (q < 8 ? slice * 32 + q * 4 : D), 16);
+      }
     }
     cp_async_commit();
   };
 #pragma unroll
-  for (int st = 0; st < kS - 1; ++st) issue(st);
+  for (int st = 0; st < kStages - 1; ++st) issue(st);
   float m_run = 0.0f, l = 0.0f, acc = 0.0f;
-  for (int64_t stage = 0; stage * kCps < nc; ++stage) {
-    cp_async_wait<kS - 2>();
-    __syncthreads();  // stage landed; the previous stage's slot and coefficients are free
-    issue(stage + kS - 1);
-    const int64_t c0 = stage * kCps;
-    const int cnt = int(nc - c0 < kCps ? nc - c0 : kCps);
-    const float* part = r.part[stage % kS];
-    for (int i = d; i < cnt; i += D) {  // the running max before and after chunk c0 + i
-      float before = m_run;
-      for (int k = 0; k < i; ++k)
-        before = c0 + k == 0 ? part[k * kP + D] : fmaxf(before, part[k * kP + D]);
-      const float mc = part[i * kP + D];
-      const float after = c0 + i == 0 ? mc : fmaxf(before, mc);
-      r.a[i] = expf(__fsub_rn(before, after));
-      r.b[i] = expf(__fsub_rn(mc, after));
-      r.mx[i] = after;
+  for (int64_t stage = 0; stage * kC < nc; ++stage) {
+    cp_async_wait<kStages - 2>();
+    __syncwarp();  // the stage landed for every lane; the previous stage's slot is free
+    issue(stage + kStages - 1);
+    const int64_t c0 = stage * kC;
+    const int cnt = int(nc - c0 < kC ? nc - c0 : kC);
+    const float* ps = part[stage % kStages];
+    // Lane i: the running max after chunk c0 + i (a scan; lanes past cnt hold -inf), the one
+    // before it, and merge()'s coefficients for that chunk.
+    const float mc = lane < cnt ? ps[lane * kW + 32] : -INFINITY;
+    float after = mc;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const float v = __shfl_up_sync(kAll, after, o);
+      if (lane >= o) after = fmaxf(after, v);
     }
-    __syncthreads();
+    if (c0 > 0) after = fmaxf(m_run, after);
+    float before = __shfl_up_sync(kAll, after, 1);
+    if (lane == 0) before = m_run;
+    const float ca = expf(__fsub_rn(before, after)), cb = expf(__fsub_rn(mc, after));
+#pragma unroll 4
     for (int i = 0; i < cnt; ++i) {
-      const float* pc = part + i * kP;
+      const float fa = __shfl_sync(kAll, ca, i), fb = __shfl_sync(kAll, cb, i);
+      const float pd = ps[i * kW + lane], pl = ps[i * kW + 33];
       if (c0 + i == 0) {
-        acc = pc[d], l = pc[D + 1];
+        acc = pd, l = pl;
         continue;
       }
-      const float fa = r.a[i], fb = r.b[i];
-      l = __fadd_rn(__fmul_rn(l, fa), __fmul_rn(pc[D + 1], fb));
-      acc = __fadd_rn(__fmul_rn(acc, fa), __fmul_rn(pc[d], fb));
+      l = __fadd_rn(__fmul_rn(l, fa), __fmul_rn(pl, fb));
+      acc = __fadd_rn(__fmul_rn(acc, fa), __fmul_rn(pd, fb));
     }
-    m_run = r.mx[cnt - 1];
+    m_run = __shfl_sync(kAll, after, cnt - 1);
   }
   cp_async_wait<0>();
-  a.out[th * D + d] = __bfloat16_as_ushort(__float2bfloat16_rn(__fmul_rn(acc, __fdiv_rn(1.0f, l))));
+  a.out[th * D + slice * 32 + lane] =
+      __bfloat16_as_ushort(__float2bfloat16_rn(__fmul_rn(acc, __fdiv_rn(1.0f, l))));
 }
 
 template <int D>
 cudaError_t launch_merge(const AttnArgs& a, cudaStream_t s, int64_t max_chunks) {
-  attn_split_merge_kernel<D><<<unsigned(a.T * a.H), D, 0, s>>>(a, max_chunks);
+  static_assert(D % 32 == 0);
+  attn_split_merge_kernel<D><<<unsigned(a.T * a.H * (D / 32)), 32, 0, s>>>(a, max_chunks);
   return cudaGetLastError();
 }
 
