@@ -150,7 +150,7 @@ Runner add_generate(CLI::App& app) {
                    "Speculative decoding with this drafter: ngram (prompt lookup), draft:PATH (a "
                    "smaller model with the same tokenizer; draft: alone, the embedded one), mtp "
                    "(the checkpoint's multi-token-prediction head, Qwen3.5 / Qwen3-Next) or "
-                   "dspark:PATH (a DSpark block drafter; CPU); the output is plain decoding's, "
+                   "dspark:PATH (a DSpark block drafter); the output is plain decoding's, "
                    "greedy or sampled with the same seed",
                    &a->spec_adaptive, &a->spec_min_confidence);
   return [a] { return run_generate(*a); };

@@ -214,15 +214,15 @@ DSparkDrafter::DSparkDrafter(std::shared_ptr<const DSparkHead> head, Backend& be
       head_(std::move(head)),
       min_conf_(min_confidence) {
   // (load_dspark refuses a backend without non-causal block attention, forward_block too.)
-  if (be.act_dtype() != DType::F32)
-    fail("[spec] dspark: the {} backend's activations are not f32", be.name());
   fc_ = be.prepare_weight(head_->fc);  // (a backend may copy: once, not per draft)
   hidden_norm_ = be.prepare_vector(head_->hidden_norm.data(), head_->E);
+  if (!be.host_memory())
+    block_hidden_ = static_cast<float*>(be.alloc(size_t(head_->block * head_->E) * sizeof(float)));
 }
 
 DSparkDrafter::~DSparkDrafter() {
-  if (ctx_) be_.dealloc(ctx_);
-  if (proj_) be_.dealloc(proj_);
+  for (void* p : {ctx_, static_cast<void*>(proj_), taps_act_, static_cast<void*>(block_hidden_)})
+    if (p) be_.dealloc(p);
 }
 
 std::vector<int64_t> DSparkDrafter::taps() const {
@@ -239,14 +239,20 @@ std::vector<int32_t> DSparkDrafter::draft(std::span<const int32_t> h, int64_t k)
   const int64_t m = N - 1 - end();
   if (m > n_staged_) return {};  // rows the drafter was not shown
   if (m > 0) {
+    const DType act = be_.act_dtype();
     if (m > ctx_cap_) {
-      if (ctx_) be_.dealloc(ctx_);
-      if (proj_) be_.dealloc(proj_);
+      for (void* p : {ctx_, static_cast<void*>(proj_), taps_act_})
+        if (p) be_.dealloc(p);
+      taps_act_ = nullptr;
       ctx_cap_ = std::max(m, 2 * ctx_cap_);
-      ctx_ = be_.alloc(dtype_bytes(be_.act_dtype(), size_t(ctx_cap_ * E)));
+      ctx_ = be_.alloc(dtype_bytes(act, size_t(ctx_cap_ * E)));
       proj_ = static_cast<float*>(be_.alloc(size_t(ctx_cap_ * E) * sizeof(float)));
+      if (act != DType::F32) taps_act_ = be_.alloc(dtype_bytes(act, size_t(ctx_cap_ * row_)));
     }
-    be_.matmul(staged_, m, fc_, proj_);
+    // The taps are f32 rows of the target's residual stream; the projection reads them in the
+    // backend's activation type (bf16 on CUDA, as a bf16 checkpoint's hidden states are).
+    if (taps_act_) be_.f32_to_act(staged_, taps_act_, m * row_);
+    be_.matmul(taps_act_ ? taps_act_ : static_cast<const void*>(staged_), m, fc_, proj_);
     be_.rmsnorm(proj_, hidden_norm_, ctx_, m, E, d.backbone->config().rms_eps);
     d.backbone->forward_context(be_, *pool_, seq_, std::span(h).subspan(size_t(end()), size_t(m)),
                                 ctx_);
@@ -261,7 +267,12 @@ std::vector<int32_t> DSparkDrafter::draft(std::span<const int32_t> h, int64_t k)
   block_.confidence.resize(size_t(B));
   block_.tokens.resize(size_t(B));
   d.backbone->forward_block(be_, *pool_, seq_, in, block_.base.data());
-  be_.act_to_f32(d.backbone->hidden_rows(), block_.hidden.data(), B * E);
+  if (be_.host_memory()) {
+    be_.act_to_f32(d.backbone->hidden_rows(), block_.hidden.data(), B * E);
+  } else {  // the Markov head runs on the host: the block's final hidden rows come over
+    be_.act_to_f32(d.backbone->hidden_rows(), block_hidden_, B * E);
+    be_.download(block_.hidden.data(), block_hidden_, size_t(B * E) * sizeof(float));
+  }
   pool_->truncate(seq_, N - 1 - offset_);
   d.chain(block_.base.data(), block_.hidden.data(), in[0], B, block_.tokens.data(),
           block_.step.data(), block_.confidence.data());
@@ -295,8 +306,8 @@ std::shared_ptr<DSparkHead> load_dspark(const std::string& spec, const Model& ta
     fail("[spec] '{}' is not a dspark:PATH spec", spec);
   if (!be.supports_block_attention())
     fail(
-        "[spec] dspark: the {} backend has no non-causal block attention yet (DSpark drafts on "
-        "the CPU backends)",
+        "[spec] dspark: the {} backend has no non-causal block attention (DSpark drafts on the "
+        "CPU and CUDA backends)",
         be.name());
   return dspark_load(spec.substr(7), target);
 }

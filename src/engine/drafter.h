@@ -174,7 +174,9 @@ class DSparkDrafter final : public HiddenStateDrafter {
   WeightRef fc_;                        // the head's fc, resident on be_ (prepared once)
   const float* hidden_norm_ = nullptr;  // likewise
   void* ctx_ = nullptr;                 // [cap, E]: fc · taps, then hidden_norm (act_dtype)
-  float* proj_ = nullptr;  // [cap, E] f32
+  float* proj_ = nullptr;               // [cap, E] f32
+  void* taps_act_ = nullptr;            // [cap, taps·E]: the staged taps in act_dtype (not f32)
+  float* block_hidden_ = nullptr;       // [B, E] f32 (backends with their own memory)
   int64_t ctx_cap_ = 0;
   Block block_;
 };
@@ -192,7 +194,7 @@ std::unique_ptr<Model> load_draft_model(const std::string& spec, const Model& ta
 // The target's MTP head (Model::mtp_head); throws basalt::Error when the checkpoint has none.
 std::unique_ptr<Model> require_mtp_head(const Model& target);
 // The drafter of a "dspark:PATH" spec, checked against `target` and `be` (non-causal block
-// attention: the CPU backends).
+// attention: the CPU and CUDA backends).
 std::shared_ptr<DSparkHead> load_dspark(const std::string& spec, const Model& target,
                                         const Backend& be);
 

@@ -188,6 +188,9 @@ class Backend {
   // y[n] (f32) = x[n] (act_dtype()), both in backend memory, queued like an op (the default
   // bounces through host memory).
   virtual void act_to_f32(const void* x, float* y, int64_t n);
+  // y[n] (act_dtype(), rounded to nearest even) = x[n] (f32), the other way round (the default:
+  // a copy for f32 activations, through host memory for bf16 ones).
+  virtual void f32_to_act(const float* x, void* y, int64_t n);
   // True when backend memory is host memory (results can be written to the caller's arrays).
   virtual bool host_memory() const = 0;
   // The weight resident in this backend's memory and format (host backends: w itself). Each

@@ -70,6 +70,17 @@ void Backend::act_to_f32(const void* x, float* y, int64_t n) {
   upload(y, out.data(), out.size() * sizeof(float));
 }
 
+void Backend::f32_to_act(const float* x, void* y, int64_t n) {
+  const DType t = act_dtype();
+  if (t == DType::F32) return copy(y, x, size_t(n) * sizeof(float));
+  if (t != DType::BF16) fail("[{}] f32_to_act: no conversion to {}", name(), dtype_name(t));
+  std::vector<float> in(static_cast<size_t>(n));
+  download(in.data(), x, in.size() * sizeof(float));
+  std::vector<uint16_t> out(in.size());
+  for (size_t i = 0; i < in.size(); ++i) out[i] = f32_to_bf16(in[i]);
+  upload(y, out.data(), out.size() * sizeof(uint16_t));
+}
+
 HostBackend::~HostBackend() {
   for (auto& [p, n] : sizes_) std::free(p);
 }

@@ -17,9 +17,9 @@
 #include <execinfo.h>
 
 #include <algorithm>
-#include <csignal>
 #include <cmath>
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -451,8 +451,7 @@ void exactness(const std::string& label_in, const std::string& path, DType kv = 
 // fresh engine's, and the previous turns are served from the cache.
 // `spec`: the cached engine also speculates with this drafter (the fresh one never does), so
 // its tokens and log-probs must still be the fresh engine's, bit for bit.
-void conversation(const std::string& label, const std::string& path,
-                  const std::string& spec = "") {
+void conversation(const std::string& label, const std::string& path, const std::string& spec = "") {
   auto m = model_load(path);
   const int64_t V = m->config().vocab;
   auto gpu = cuda::make_cuda_backend({});
@@ -565,6 +564,107 @@ void speculative(const std::string& label, const std::string& path) {
   }
 }
 
+// DSpark block drafters on the GPU (docs/speculative.md): the non-causal block pass, the taps
+// read in bf16 and the host Markov head against the torch reference
+// (tools/make_dspark_reference.py: base and Markov-corrected logits, final hidden rows; bf16
+// activations, so within 5e-2 of the largest reference value), then greedy and sampled output with
+// DSpark drafts == plain decoding.
+void dspark(const std::string& label, const std::string& target, const std::string& drafter,
+            bool reference) {
+  auto m = model_load(target);
+  auto gpu = cuda::make_cuda_backend({});
+  const int64_t V = m->config().vocab, E = m->config().hidden;
+  auto rel = [](const std::vector<float>& got, const std::vector<float>& want, size_t off) {
+    double e = 0, r = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double y = want[off + i];
+      r = std::max(r, std::fabs(y));
+      e = std::max(e, std::isfinite(got[i]) ? std::fabs(got[i] - y) : INFINITY);
+    }
+    return e / std::max(r, 1e-30);
+  };
+  if (reference) {
+    const auto ref = nlohmann::json::parse(std::ifstream(drafter + "/dspark_reference.json"));
+    const auto ids = ref["ids"].get<std::vector<int32_t>>();
+    const auto starts = ref["starts"].get<std::vector<int64_t>>();
+    const auto tokens = ref["tokens"].get<std::vector<std::vector<int32_t>>>();
+    const io::NpyArray base = io::npy_read(drafter + "/base_logits.npy");
+    const io::NpyArray step = io::npy_read(drafter + "/step_logits.npy");
+    const io::NpyArray hidden = io::npy_read(drafter + "/hidden.npy");
+    const int64_t B = ref["block_size"].get<int64_t>();
+    auto d = make_drafter("dspark:" + drafter, *gpu, *m, 64);
+    auto* ds = dynamic_cast<DSparkDrafter*>(d.get());
+    m->set_taps(d->taps());
+    auto pool = m->new_kv_pool(*gpu, 128);
+    KvSequence seq;
+    std::vector<float> logits(size_t(4 * V));
+    const std::span<const int32_t> all(ids);
+    for (auto [from, to] : {std::pair<int64_t, int64_t>{0, 5}, {5, 12}}) {
+      const auto part = all.subspan(size_t(from), size_t(to - from));
+      m->forward(*gpu, *pool, seq, part, logits.data(), false, nullptr, true);
+      d->observe(m->hidden_rows(), part, from, true);
+    }
+    double eb = 0, es = 0, eh = 0;
+    int64_t agree = 0, n = 0;
+    for (size_t c = 0; c < 2; ++c) {
+      if (c == 1) {  // the verification pass: ids[12 … 15], three rows stand
+        const auto pass = all.subspan(12, 4);
+        m->forward(*gpu, *pool, seq, pass, logits.data(), true, nullptr, true);
+        d->observe(m->hidden_rows(), pass, 12, false);
+        pool->truncate(seq, 15);
+      }
+      const auto got = d->draft(all.first(size_t(starts[size_t(c)] + 1)), B);
+      const auto& blk = ds->last_block();
+      eb = std::max(eb, rel(blk.base, base.data, c * size_t(B * V)));
+      es = std::max(es, rel(blk.step, step.data, c * size_t(B * V)));
+      eh = std::max(eh, rel(blk.hidden, hidden.data, c * size_t(B * E)));
+      for (size_t i = 0; i < got.size() && i < tokens[c].size(); ++i)
+        agree += got[i] == tokens[c][i];
+      n += int64_t(tokens[c].size());
+    }
+    m->set_taps({});
+    pool->release(seq);
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "%s: the block on the GPU vs torch: base logits %.2e, Markov logits %.2e, "
+                  "hidden %.2e of max|ref|; %lld/%lld drafted tokens agree",
+                  label.c_str(), eb, es, eh, (long long)agree, (long long)n);
+    check(eb <= 5e-2 && es <= 5e-2 && eh <= 5e-2 && agree * 2 >= n, buf);
+  }
+  std::vector<int32_t> prompt;
+  for (int rep = 0; rep < 3; ++rep)
+    for (int i = 0; i < 12; ++i) prompt.push_back(int32_t((i * 37 + 5) % V));
+  auto gen = [&](Drafter* d, float temp, int64_t chunk, GenerateStats* st = nullptr) {
+    GenerateOptions o;
+    o.max_new_tokens = 120;
+    o.ignore_eos = true;
+    o.sampling.temperature = temp;
+    o.sampling.seed = 11;
+    o.drafter = d;
+    o.spec_tokens = 8;
+    o.prefill_chunk = chunk;
+    std::vector<int32_t> out;
+    const GenerateStats s = Generator(*m, *gpu).generate(prompt, o, [&](int32_t t) {
+      out.push_back(t);
+      return true;
+    });
+    if (st) *st = s;
+    return out;
+  };
+  const auto plain = gen(nullptr, 0.0f, 0), sampled = gen(nullptr, 0.8f, 0);
+  for (int64_t chunk : {0, 7}) {
+    auto d = make_drafter("dspark:" + drafter, *gpu, *m, 512);
+    GenerateStats st;
+    const bool greedy = gen(d.get(), 0.0f, chunk, &st) == plain;
+    check(greedy && st.drafted > 0, label + ", prefill chunk " + std::to_string(chunk) +
+                                        ": greedy with DSpark drafts == plain greedy (" +
+                                        std::to_string(st.accepted) + " of " +
+                                        std::to_string(st.drafted) + " drafts accepted)");
+    check(gen(d.get(), 0.8f, chunk) == sampled, label + ", prefill chunk " + std::to_string(chunk) +
+                                                    ": sampled with DSpark drafts == plain");
+  }
+}
+
 // The MTP head on the GPU against the torch reference (tools/make_mtp_reference.py) and the CPU
 // with the CUDA data types, with the tolerances of against_cpu (MoE: bf16 activations tip near
 // ties of router logits, so against f32 only the argmax is held).
@@ -669,6 +769,20 @@ int main() {
     conversation("default model, engine with --spec draft:models/draft", "",
                  "draft:" + std::string(BASALT_SOURCE_DIR) + "/models/draft");
     conversation("qwen3_5, engine with --spec ngram", golden + "/qwen3_5", "ngram");
+    // DSpark block drafters: the trained one of the default model, and the reference ones whose
+    // backbones the CUDA attention kernels take (head_dim 32; the others have 16).
+    dspark("default model, dspark:models/dspark", "",
+           std::string(BASALT_SOURCE_DIR) + "/models/dspark", false);
+    for (const char* name : {"dspark_qwen3", "dspark_qwen3_gated", "dspark_qwen3_rnn"}) {
+      const std::string dir = golden + "/" + name;
+      dspark(name,
+             golden + "/" +
+                 nlohmann::json::parse(std::ifstream(dir + "/dspark_reference.json"))["target"]
+                     .get<std::string>(),
+             dir, true);
+    }
+    conversation("default model, engine with --spec dspark:models/dspark", "",
+                 "dspark:" + std::string(BASALT_SOURCE_DIR) + "/models/dspark");
     {
       auto m = model_load("");
       const int64_t V = m->config().vocab;

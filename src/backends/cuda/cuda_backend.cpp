@@ -63,6 +63,7 @@ class CudaBackend final : public Backend {
     clear_graphs();
     for (auto& [p, n] : sizes_) cudaFree(p);
     if (pinned_) cudaFreeHost(pinned_);
+    if (meta_copied_) cudaEventDestroy(meta_copied_);
     cudaStreamDestroy(stream_);
   }
 
@@ -122,6 +123,19 @@ class CudaBackend final : public Backend {
   void act_to_f32(const void* x, float* y, int64_t n) override {
     op("act_to_f32", 0, 0, [&] {
       return cuda::convert_bf16_f32(static_cast<const bf16_bits*>(x), y, n, stream_);
+    });
+  }
+  void f32_to_act(const float* x, void* y, int64_t n) override {
+    op("f32_to_act", 0, 0,
+       [&] { return cuda::convert_f32_bf16(x, static_cast<bf16_bits*>(y), n, stream_); });
+  }
+  // One strided copy (a model's taps: rows of the residual stream into a wider row).
+  void copy_rows(void* dst, size_t dst_stride, const void* src, size_t src_stride, size_t bytes,
+                 int64_t rows) override {
+    if (rows <= 0 || bytes == 0) return;
+    op("copy_rows", 0, 0, [&] {
+      return cudaMemcpy2DAsync(dst, dst_stride, src, src_stride, bytes, size_t(rows),
+                               cudaMemcpyDeviceToDevice, stream_);
     });
   }
   bool host_memory() const override { return false; }
@@ -278,6 +292,10 @@ class CudaBackend final : public Backend {
   // Packs ids, positions, cache slots, row → table and the block tables (one row per distinct
   // sequence, `stride_` wide) into pinned memory and copies them to the device in one transfer.
   void begin_pass(const PassRows& r) override {
+    // The previous pass's rows may still be waiting in the stream to be copied from the pinned
+    // buffer (a pass that ends without a download, e.g. Model::forward_context): the host
+    // rewrites it only once that copy is done.
+    if (meta_copied_) check(cudaEventSynchronize(meta_copied_), "pass rows (previous copy)");
     T_ = r.T;
     block_size_ = r.block_size;
     std::vector<const int32_t*> seqs;
@@ -296,9 +314,10 @@ class CudaBackend final : public Backend {
     stride_ = int64_t(pow2_at_least(uint64_t(max_blocks)));
     // Bucketed so a recorded pass serves every context up to the bucket.
     max_pos_ = int64_t(pow2_at_least(uint64_t(max_pos / kAttnChunk + 1))) * kAttnChunk - 1;
-    // [ids | positions | cache slots | row → table | tables (seqs × stride) | state slots]
+    // [ids | positions | cache slots | row → table | tables (seqs × stride) | state slots |
+    //  the last row's position, T times (the keys of a non-causal block: attention())]
     const size_t n_tables = seqs.size() * size_t(stride_);
-    const size_t n = size_t(5 * r.T) + n_tables;
+    const size_t n = size_t(6 * r.T) + n_tables;
     if (n > meta_cap_) {
       if (pinned_) check(cudaFreeHost(pinned_), "cudaFreeHost");
       if (meta_) dealloc(meta_);
@@ -323,14 +342,20 @@ class CudaBackend final : public Backend {
     }
     int32_t* st = tb + n_tables;  // recurrent-state slots (hybrid models), else -1
     for (int64_t t = 0; t < r.T; ++t) st[t] = r.slots ? r.slots[t] : -1;
+    std::fill(st + r.T, st + 2 * r.T, int32_t(r.pos[r.T - 1]));
     has_state_slots_ = r.slots != nullptr;
     check(cudaMemcpyAsync(meta_, pinned_, n * 4, cudaMemcpyHostToDevice, stream_), "pass rows");
+    if (!meta_copied_)
+      check(cudaEventCreateWithFlags(&meta_copied_, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaEventRecord(meta_copied_, stream_), "pass rows (event)");
     d_ids_ = meta_;
     d_pos_ = meta_ + r.T;
     d_slots_ = meta_ + 2 * r.T;
     d_row_table_ = meta_ + 3 * r.T;
     d_tables_ = meta_ + 4 * r.T;
     d_state_slots_ = d_tables_ + n_tables;
+    d_block_pos_ = d_state_slots_ + r.T;
+    last_pos_ = r.pos[r.T - 1];
   }
 
   void run(uint64_t key, const std::function<void()>& program) override {
@@ -471,9 +496,17 @@ class CudaBackend final : public Backend {
                             static_cast<bf16_bits*>(v_cache), stream_);
     });
   }
+  // A non-causal block (AttentionArgs::block_last: a DSpark drafter's block, the whole pass of
+  // one sequence) runs the causal kernels with every row's position read as the last row's
+  // (begin_pass's copy): each row attends keys 0..block_last, with the same chunks and the same
+  // order as a decode row at that position.
+  bool supports_block_attention() const override { return true; }
   void attention(const AttentionArgs& a) override {
-    if (a.block_last >= 0)  // supports_block_attention() is false: callers check it first
-      fail("[cuda] non-causal block attention (DSpark drafters) is not implemented on CUDA yet");
+    if (a.block_last >= 0 && (a.T != T_ || a.block_last != last_pos_))
+      fail(
+          "[cuda] block attention: the block must be the pass's {} rows and end at its last "
+          "position {} (got {} rows, keys 0..{})",
+          T_, last_pos_, a.T, a.block_last);
     const bool fp8 = kv_ == DType::F8_E4M3;
     attention_run(a,
                   choices_.empty() ? AttnKernel::Auto
@@ -494,7 +527,7 @@ class CudaBackend final : public Backend {
     c.out = static_cast<bf16_bits*>(a.out);
     c.T = a.T, c.H = a.H, c.Hkv = a.Hkv, c.D = a.D;
     c.scale = a.scale;
-    c.pos = d_pos_;
+    c.pos = a.block_last >= 0 ? d_block_pos_ : d_pos_;
     c.tables = d_tables_;
     c.row_table = d_row_table_;
     c.table_stride = stride_;
@@ -746,11 +779,13 @@ class CudaBackend final : public Backend {
   int64_t T_ = 0, stride_ = 1, max_pos_ = 0, block_size_ = 0;
   std::vector<int32_t> row_table_h_;
   int32_t* pinned_ = nullptr;
+  cudaEvent_t meta_copied_ = nullptr;  // recorded after the pinned rows' copy (begin_pass)
   int32_t* meta_ = nullptr;
   size_t meta_cap_ = 0;
   DType kv_ = DType::BF16;
   const int32_t *d_ids_ = nullptr, *d_pos_ = nullptr, *d_slots_ = nullptr, *d_row_table_ = nullptr,
-                *d_tables_ = nullptr, *d_state_slots_ = nullptr;
+                *d_tables_ = nullptr, *d_state_slots_ = nullptr, *d_block_pos_ = nullptr;
+  int64_t last_pos_ = -1;  // the pass's last row's position
   bool has_state_slots_ = false;
   void* ws_ = nullptr;  // attention's split workspace (f32 partials)
   size_t ws_bytes_ = 0;
