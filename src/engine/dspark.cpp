@@ -94,7 +94,13 @@ void DSparkHead::chain(const float* base, const float* hidden, int32_t anchor, i
           lat[size_t(i)] = std::tanh(proj[size_t(2 * r + i)]);
         }
       }
-      gemv(w2, lat.data(), nullptr, V, r, bias.data());
+      // bias = w2 · lat, each element summed over i = 0 … r-1 in order (a plain dot's order)
+      // but across the vocabulary at once: a dot a row was latency-bound, most of a draft.
+      std::fill(bias.begin(), bias.end(), 0.0f);
+      for (int64_t i = 0; i < r; ++i) {
+        const float li = lat[size_t(i)], *wt = w2t.data() + i * V;
+        for (int64_t v = 0; v < V; ++v) bias[size_t(v)] += li * wt[v];
+      }
       for (int64_t v = 0; v < V; ++v) row[size_t(v)] += bias[size_t(v)];
     }
     const int32_t t = int32_t(std::max_element(row.begin(), row.end()) - row.begin());
@@ -162,7 +168,10 @@ std::shared_ptr<DSparkHead> dspark_load(const std::string& path, const Model& ta
     else
       fail("[config] {}: markov_head_type '{}' (vanilla, gated or rnn expected)", file, kind);
     d->w1 = rd("markov_head.markov_w1.weight", {V, r});
-    d->w2 = rd("markov_head.markov_w2.weight", {V, r});
+    const std::vector<float> w2 = rd("markov_head.markov_w2.weight", {V, r});
+    d->w2t.resize(w2.size());
+    for (int64_t v = 0; v < V; ++v)
+      for (int64_t i = 0; i < r; ++i) d->w2t[size_t(i * V + v)] = w2[size_t(v * r + i)];
     if (d->markov == DSparkHead::Markov::Gated) {
       d->gate_w = rd("markov_head.gate_proj.weight", {r, E + r});
       d->gate_b = rd("markov_head.gate_proj.bias", {r});

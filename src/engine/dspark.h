@@ -29,7 +29,8 @@ struct DSparkHead {
   // Host f32 copies (small) of the drafter's own tensors.
   WeightRef fc;  // fc.weight [E, taps · E] (f32, owned below)
   std::vector<float> fc_data, hidden_norm;
-  std::vector<float> w1, w2;            // markov_w1 [V, r] (an embedding), markov_w2 [V, r]
+  std::vector<float> w1;                // markov_w1 [V, r] (an embedding)
+  std::vector<float> w2t;               // markov_w2 [V, r], transposed: [r, V]
   std::vector<float> gate_w, gate_b;    // gated: gate_proj [r, E + r], [r]
   std::vector<float> joint_w, joint_b;  // rnn: joint_proj [3r, 2r + E], [3r]
   std::vector<float> conf_w;            // confidence_head.proj [E (+ r)]
