@@ -21,7 +21,7 @@ All targets have E=64. Draft checkpoint (bf16, one model.safetensors, names with
   dtype bfloat16.
   For any other target (DeepSpec has drafters for Qwen3 targets only) a plain Qwen3-style config instead
   of the copy: model_type "qwen3", hidden_size / vocab_size / rms_norm_eps / bos,eos,pad_token_id = the
-  target's, num_attention_heads 4, num_key_value_heads 2, head_dim 16, intermediate_size 128, hidden_act
+  target's, num_attention_heads 4, num_key_value_heads 2, head_dim 16 (32 for dspark_qwen3_5), intermediate_size 128, hidden_act
   silu, max_position_embeddings 256, rope_parameters {rope_theta 10000, default} (and rope_theta 10000 at
   top level), attention_bias false, plus the same DSpark keys. The reference reads every draft
   hyper-parameter (heads, head_dim, rope_theta, eps, ...) from the draft config, never from the target's.
@@ -135,6 +135,7 @@ class Fixture:
     mask_id: int
     omit_embed: bool  # no embed_tokens / lm_head in the draft: the target's, as stored
     seed: int
+    head_dim: int = 16  # of a non-Qwen3 target's draft config (PLAIN_DRAFT's otherwise)
 
 
 FIXTURES = [
@@ -144,8 +145,9 @@ FIXTURES = [
     # V-2 = 270 is llama_gqa_untied's bos, so 269
     Fixture("dspark_llama", "llama_gqa_untied", 1, 3, [-1, 0], 4, "vanilla", False, False, 269, True, 34000),
     Fixture("dspark_qwen3_moe", "qwen3_moe", 1, 3, [0, 1], 4, "gated", True, False, 286, True, 35000),
-    # qwen3_5 taps: layer 1 is full attention, layer 2 a Gated-DeltaNet (linear_attention) layer
-    Fixture("dspark_qwen3_5", "qwen3_5", 1, 4, [1, 2], 4, "vanilla", True, True, 286, True, 36000),
+    # qwen3_5 taps: layer 1 is full attention, layer 2 a Gated-DeltaNet (linear_attention) layer;
+    # head_dim 32, a size the CUDA attention kernels take (the hybrid target runs there too)
+    Fixture("dspark_qwen3_5", "qwen3_5", 1, 4, [1, 2], 4, "vanilla", True, True, 286, True, 36000, 32),
 ]
 
 
@@ -270,7 +272,7 @@ def draft_config(fx: Fixture, tcfg: dict) -> dict:
     if tcfg["model_type"] == "qwen3":  # DeepSpec: a deep copy of the Qwen3 target's config
         base = tcfg
     else:
-        base = dict(PLAIN_DRAFT, hidden_size=tcfg["hidden_size"], vocab_size=tcfg["vocab_size"],
+        base = dict(PLAIN_DRAFT, head_dim=fx.head_dim, hidden_size=tcfg["hidden_size"], vocab_size=tcfg["vocab_size"],
                     rms_norm_eps=tcfg["rms_norm_eps"],
                     **{k: tcfg.get(k) for k in ("bos_token_id", "eos_token_id", "pad_token_id")})
     cfg = dict(base, architectures=["Qwen3DSparkModel"], num_target_layers=L, num_hidden_layers=fx.layers,

@@ -770,10 +770,12 @@ int main() {
                  "draft:" + std::string(BASALT_SOURCE_DIR) + "/models/draft");
     conversation("qwen3_5, engine with --spec ngram", golden + "/qwen3_5", "ngram");
     // DSpark block drafters: the trained one of the default model, and the reference ones whose
-    // backbones the CUDA attention kernels take (head_dim 32; the others have 16).
+    // backbones and targets the CUDA attention kernels take (head_dim 32; dspark_llama and
+    // dspark_qwen3_moe have 16, as have their targets), the hybrid qwen3_5 target among them.
     dspark("default model, dspark:models/dspark", "",
            std::string(BASALT_SOURCE_DIR) + "/models/dspark", false);
-    for (const char* name : {"dspark_qwen3", "dspark_qwen3_gated", "dspark_qwen3_rnn"}) {
+    for (const char* name :
+         {"dspark_qwen3", "dspark_qwen3_gated", "dspark_qwen3_rnn", "dspark_qwen3_5"}) {
       const std::string dir = golden + "/" + name;
       dspark(name,
              golden + "/" +
