@@ -4,7 +4,9 @@
   dspark_llama      on llama_gqa_untied (LlamaForCausalLM, 2 layers, V=272, f32);
   dspark_qwen3_moe  on qwen3_moe (Qwen3MoeForCausalLM, 3 layers, V=288, f32);
   dspark_qwen3_5    on qwen3_5 (Qwen3_5ForCausalLM, flat text config, 4 layers, V=288, bf16; layer_types
-                    [linear_attention (GDN), full_attention, linear_attention, full_attention]).
+                    [linear_attention (GDN), full_attention, linear_attention, full_attention]);
+  dspark_llama3     on llama3_rope_scaling (LlamaForCausalLM, llama3 RoPE scaling, 2 layers, V=264, f32);
+  dspark_qwen3_5_moe on qwen3_5_moe (Qwen3.5-MoE text model, 3 GDN layers then attention, V=288, f32).
 
 A DSpark drafter (DeepSeek, github.com/deepseek-ai/DeepSpec, MIT) is a small non-causal block drafter
 that reads hidden states of the target. The checkpoint layout follows DeepSpec's
@@ -148,6 +150,11 @@ FIXTURES = [
     # qwen3_5 taps: layer 1 is full attention, layer 2 a Gated-DeltaNet (linear_attention) layer;
     # head_dim 32, a size the CUDA attention kernels take (the hybrid target runs there too)
     Fixture("dspark_qwen3_5", "qwen3_5", 1, 4, [1, 2], 4, "vanilla", True, True, 286, True, 36000, 32),
+    # Llama and MoE targets the CUDA attention kernels take (head_dim 32), drafters of head_dim 32:
+    # llama-3 RoPE scaling (V-2, V-1 = bos, eos); a hybrid MoE tapping two Gated-DeltaNet layers
+    Fixture("dspark_llama3", "llama3_rope_scaling", 1, 4, [-1, 0], 8, "vanilla", True, True, 261, True, 37000,
+            32),
+    Fixture("dspark_qwen3_5_moe", "qwen3_5_moe", 1, 3, [1, 2], 4, "rnn", False, False, 286, True, 38000, 32),
 ]
 
 

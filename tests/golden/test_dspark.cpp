@@ -28,9 +28,12 @@ namespace {
 
 // Random drafters: vanilla, gated and RNN Markov heads for qwen3_untied_f16 (with their copies of
 // its embedding and LM head, as DeepSpec saves them), and drafters for a Llama, a Qwen3-MoE and a
-// Qwen3.5 hybrid target (taps of a Gated-DeltaNet and an attention layer) that take the target's.
-const char* kCases[] = {"dspark_qwen3", "dspark_qwen3_gated", "dspark_qwen3_rnn",
-                        "dspark_llama", "dspark_qwen3_moe",   "dspark_qwen3_5"};
+// Qwen3.5 hybrid target (taps of a Gated-DeltaNet and an attention layer), a llama-3-scaled Llama
+// and a Qwen3.5 hybrid MoE target (head_dim 32: the CUDA tests run those too) that take the
+// target's.
+const char* kCases[] = {"dspark_qwen3",  "dspark_qwen3_gated", "dspark_qwen3_rnn",
+                        "dspark_llama",  "dspark_qwen3_moe",   "dspark_qwen3_5",
+                        "dspark_llama3", "dspark_qwen3_5_moe"};
 
 std::string golden(const std::string& name) {
   return test::source_dir() + "/tests/golden/" + name;

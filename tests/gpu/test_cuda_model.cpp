@@ -771,11 +771,12 @@ int main() {
     conversation("qwen3_5, engine with --spec ngram", golden + "/qwen3_5", "ngram");
     // DSpark block drafters: the trained one of the default model, and the reference ones whose
     // backbones and targets the CUDA attention kernels take (head_dim 32; dspark_llama and
-    // dspark_qwen3_moe have 16, as have their targets), the hybrid qwen3_5 target among them.
+    // dspark_qwen3_moe have 16, as have their targets): Qwen3, Llama (llama-3 RoPE scaling), the
+    // Qwen3.5 hybrid and the hybrid MoE.
     dspark("default model, dspark:models/dspark", "",
            std::string(BASALT_SOURCE_DIR) + "/models/dspark", false);
-    for (const char* name :
-         {"dspark_qwen3", "dspark_qwen3_gated", "dspark_qwen3_rnn", "dspark_qwen3_5"}) {
+    for (const char* name : {"dspark_qwen3", "dspark_qwen3_gated", "dspark_qwen3_rnn",
+                             "dspark_qwen3_5", "dspark_llama3", "dspark_qwen3_5_moe"}) {
       const std::string dir = golden + "/" + name;
       dspark(name,
              golden + "/" +
