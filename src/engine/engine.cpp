@@ -51,10 +51,11 @@ Engine::Engine(Model& model, Backend& backend, EngineConfig cfg)
         "[engine] unknown drafter '{}' for serving (this basalt serves with: ngram, draft:PATH, "
         "mtp, dspark:PATH)",
         cfg_.spec);
-  // Hybrid models verifying drafts keep each sequence's recurrent state in a second slot during
-  // the pass (restored after a rejection): twice the live slots, the same snapshot slots.
+  // Hybrid models verifying k drafts keep the recurrent state after each of the pass's first k
+  // rows in slots of their own (rollback points): up to spec_tokens more live slots a sequence
+  // (a sequence drafts no more than the free slots allow), the same snapshot slots.
   const bool hybrid = model_.config().n_attention_layers() < model_.config().n_layers;
-  const int64_t live = cfg_.max_batch * (hybrid && !cfg_.spec.empty() ? 2 : 1);
+  const int64_t live = cfg_.max_batch * (hybrid && !cfg_.spec.empty() ? 1 + cfg_.spec_tokens : 1);
   pool_ = model_.new_kv_pool(be_, kv_tokens, cfg_.block_size, live, 2 * int64_t(cfg_.max_batch));
   stats_.kv_blocks_total = pool_->n_blocks();
   if (cfg_.spec == "ngram") drafter_ = std::make_unique<NgramDrafter>();
@@ -126,11 +127,17 @@ EngineStats Engine::stats() const {
   return stats_;
 }
 
+void Engine::release_points(Seq& s) {
+  for (KvSequence& q : s.points)
+    if (q.slot >= 0) pool_->release(q);
+  s.points.clear();
+}
+
 void Engine::finish(Seq& s, const std::string& reason, const std::string& error) {
   // Everything of the request goes before its final event (its drafter frees backend memory):
   // whoever waits for that event may use the backend at once.
   s.drafter.reset();
-  if (s.spare.slot >= 0) pool_->release(s.spare);
+  release_points(s);
   pool_->release(s.kv);
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -236,7 +243,8 @@ bool Engine::step() {
     // tokens it may still emit and its context allow.
     s.spec_in.clear();
     s.spec_asked = false;
-    // (Hybrid: drafts need a slot for the state copy, and no prefix-cache state pending.)
+    // (Hybrid: each draft needs a slot for its rollback point, and no prefix-cache state may
+    // be pending.)
     const bool state_ok =
         !pool_->has_state() || (s.kv.restore < 0 && pool_->slots_available() > 0);
     Drafter* dr = drafter_ ? drafter_.get() : s.drafter.get();
@@ -248,9 +256,9 @@ bool Engine::step() {
                                                   !dr->cost_grows_with_k());
         want = s.policy->next_k();
       }
-      const int64_t k =
-          std::min({want, budget - 1, s.req.max_new_tokens - s.generated - 1,
-                    max_context_ - int64_t(s.history.size()) - 1});
+      const int64_t k = std::min({want, budget - 1, s.req.max_new_tokens - s.generated - 1,
+                                  max_context_ - int64_t(s.history.size()) - 1,
+                                  pool_->has_state() ? pool_->slots_available() : want});
       if (k > 0) {
         std::vector<int32_t> d;
         const auto td = std::chrono::steady_clock::now();
@@ -289,12 +297,17 @@ bool Engine::step() {
       preempt_youngest();  // may be s itself: then the loop ends at the new size
       continue;
     }
-    if (!s.spec_in.empty() && pool_->has_state()) {
-      if (!pool_->reserve(s.spare, 0)) fail("[engine] no recurrent-state slot for a state copy");
-      model_.copy_state(be_, *pool_, s.spare.slot, s.kv.slot);
+    s.snaps.clear();
+    if (!s.spec_in.empty() && pool_->has_state()) {  // rows 0 … k-1: a rollback point each
+      s.points.resize(s.spec_in.size() - 1);
+      for (KvSequence& q : s.points) {
+        if (!pool_->reserve(q, 0)) fail("[engine] no recurrent-state slot for a rollback point");
+        s.snaps.push_back(q.slot);
+      }
+      s.snaps.push_back(-1);
     }
     if (!s.spec_in.empty())
-      batch.push_back({&s.kv, std::span(s.spec_in), true});
+      batch.push_back({&s.kv, std::span(s.spec_in), true, s.snaps});
     else
       batch.push_back({&s.kv, std::span(s.history).subspan(size_t(s.kv.length), size_t(n)), false});
     in_batch.push_back(&s);
@@ -362,9 +375,6 @@ bool Engine::step() {
   // while it is the token picked (docs/speculative.md), and the KV of the rest is dropped.
   const ModelConfig& c = model_.config();
   std::vector<Seq*> done;
-  std::vector<Model::BatchItem> replay;  // hybrid sequences whose drafts were rejected
-  std::vector<Seq*> replay_seqs;
-  std::vector<int64_t> replay_first;
   // Picks and emits the token of logits row `row`; false when the sequence finished.
   auto pick = [&](Seq& s, size_t row, int32_t& tok) {
     const std::span<const float> raw(logits_.data() + row * size_t(V), size_t(V));
@@ -450,37 +460,16 @@ bool Engine::step() {
       done.push_back(&s);
       continue;
     }
-    if (n < nd && s.spare.slot >= 0) {
-      // A recurrent state cannot drop rows: back to the copy, and the kept tokens run again
-      // (below, together), which leaves state and KV as if the drafts never ran.
-      pool_->truncate(s.kv, s.kv.length - int64_t(nd + 1));
-      model_.copy_state(be_, *pool_, s.kv.slot, s.spare.slot);
-      if (!pool_->reserve(s.kv, int64_t(n + 1)))
-        fail("[engine] no room to replay {} kept tokens", n + 1);
-      replay.push_back({&s.kv, std::span(s.spec_in).first(n + 1), false});
-      replay_seqs.push_back(&s);
-      replay_first.push_back(s.kv.length);
-    } else {
-      pool_->truncate(s.kv, s.kv.length - int64_t(nd - n));
-    }
-  }
-  double replay_s = 0;  // (a rejection's extra cost for hybrids, charged to the policy)
-  if (!replay.empty()) {
-    const auto tr = std::chrono::steady_clock::now();
-    replay_logits_.resize(replay.size() * size_t(V));
-    replay_ids_.resize(replay.size());
-    model_.forward(be_, *pool_, replay, replay_logits_.data(), replay_ids_.data(),
-                   hidden_drafters_);
-    if (hidden_drafters_) observe(replay, replay_seqs, replay_first, true);
-    replay_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - tr).count();
+    pool_->truncate(s.kv, s.kv.length - int64_t(nd - n));
+    // A recurrent state cannot drop rows: the state after row n (the last kept token) is in
+    // its rollback point, which leaves state and KV as if the drafts never ran.
+    if (n < nd && !s.points.empty())
+      model_.roll_back_state(be_, *pool_, s.kv, s.points[n].slot, int64_t(n + 1));
   }
   // (A sequence that finished this step is still alive here: erased below.)
-  for (const auto& [sp, ka] : spec_records) {
-    const bool replayed = std::find(replay_seqs.begin(), replay_seqs.end(), sp) != replay_seqs.end();
-    sp->policy->record(ka.first, ka.second, pass_s + (replayed ? replay_s : 0.0), sp->draft_s);
-  }
-  for (Seq* s : in_batch)
-    if (s->spare.slot >= 0) pool_->release(s->spare);
+  for (const auto& [sp, ka] : spec_records)
+    sp->policy->record(ka.first, ka.second, pass_s, sp->draft_s);
+  for (Seq* s : in_batch) release_points(*s);
   std::erase_if(running_, [&](const std::unique_ptr<Seq>& p) {
     return std::find(done.begin(), done.end(), p.get()) != done.end();
   });

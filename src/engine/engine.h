@@ -110,7 +110,10 @@ class Engine {
     int64_t generated = 0, cached = 0;
     bool prompt_counted = false;
     std::vector<int32_t> spec_in;  // this step's verified tokens: the last one and the drafts
-    KvSequence spare;  // hybrid models: the recurrent state before this step's drafts
+    // Hybrid models: a state slot per draft of this step (the state after each verified row
+    // but the last: rollback points) and the pass's per-row slots (-1 for the last row).
+    std::vector<KvSequence> points;
+    std::vector<int32_t> snaps;
     std::unique_ptr<Drafter> drafter;  // draft:PATH, mtp: this sequence's (KV in draft_pool_)
     std::unique_ptr<SpecPolicy> policy;  // spec_adaptive
     bool spec_asked = false;             // this step asked its drafter (for the policy)
@@ -119,6 +122,7 @@ class Engine {
   void loop();
   bool step();  // one forward pass over the running sequences; false when idle
   void admit();
+  void release_points(Seq& s);  // the rollback points' slots go back to the pool
   void finish(Seq& s, const std::string& reason, const std::string& error = "");
   void preempt_youngest();
 
@@ -127,8 +131,6 @@ class Engine {
   EngineConfig cfg_;
   int64_t max_context_;
   std::unique_ptr<KvPool> pool_;
-  std::vector<float> replay_logits_;
-  std::vector<int32_t> replay_ids_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Seq>> queue_;     // waiting (guarded by mu_)

@@ -42,7 +42,11 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
     fail("[generate] the prompt has {} tokens; the context holds {}", st.prompt_tokens, ctx);
   const int64_t capacity =
       std::min(ctx, st.prompt_tokens + std::max<int64_t>(opt.max_new_tokens, 0));
-  auto pool = model_.new_kv_pool(be_, std::max<int64_t>(capacity, st.prompt_tokens + 1));
+  // Speculating on a hybrid model takes a recurrent-state slot per draft (rollback points).
+  const int64_t max_draft =
+      opt.drafter ? std::min(opt.spec_tokens, opt.drafter->max_draft()) : int64_t(0);
+  auto pool = model_.new_kv_pool(be_, std::max<int64_t>(capacity, st.prompt_tokens + 1), 16,
+                                 std::max<int64_t>(4, 1 + max_draft));
   KvSequence seq;
 
   std::vector<int32_t> history(prompt.begin(), prompt.end());
@@ -106,22 +110,27 @@ void Generator::speculate(KvPool& pool, KvSequence& seq, int64_t capacity, int32
   if (hidden) model_.set_taps(opt.drafter->taps());
   std::vector<int32_t> in, ids;
   std::vector<float> rows;
-  // Hybrid models: the recurrent state cannot be rolled back row by row, so it is copied into a
-  // spare slot before each pass with drafts; after a rejection it is copied back and the kept
-  // tokens run again (one more pass; the state's bits do not depend on how rows are grouped
-  // into passes, EXACTNESS.md), which leaves state and KV as if the drafts never ran.
-  KvSequence spare;
-  if (pool.has_state() && !pool.reserve(spare, 0))
-    fail("[generate] speculative decoding needs a second recurrent-state slot");
+  // Hybrid models: the recurrent state has no per-position history, so the verification pass
+  // also leaves the state after each of its rows but the last in a slot of its own
+  // (Model::BatchItem::snaps); after a rejection the state after the last kept row is copied
+  // back. The state's bits do not depend on how rows are grouped into passes (EXACTNESS.md), so
+  // state and KV are as if the drafts never ran.
+  const int64_t max_draft = std::min(opt.spec_tokens, opt.drafter->max_draft());
+  std::vector<KvSequence> points(size_t(pool.has_state() ? max_draft : 0));
+  std::vector<int32_t> snaps;
   struct Release {
     KvPool& p;
-    KvSequence& s;
+    std::vector<KvSequence>& s;
     ~Release() {
-      if (s.slot >= 0) p.release(s);
+      for (KvSequence& q : s)
+        if (q.slot >= 0) p.release(q);
     }
-  } release_spare{pool, spare};
-  SpecPolicy policy(std::min(opt.spec_tokens, opt.drafter->max_draft()),
-                    !opt.drafter->cost_grows_with_k());
+  } release_points{pool, points};
+  for (KvSequence& q : points)
+    if (!pool.reserve(q, 0))
+      fail("[generate] speculative decoding on a hybrid model needs {} more recurrent-state slots",
+           max_draft);
+  SpecPolicy policy(max_draft, !opt.drafter->cost_grows_with_k());
   struct Report {
     const GenerateOptions& o;
     GenerateStats& s;
@@ -149,9 +158,14 @@ void Generator::speculate(KvPool& pool, KvSequence& seq, int64_t capacity, int32
     ids.resize(in.size());
     rows.resize(in.size() * size_t(V));
     const int64_t start = seq.length;
-    if (spare.slot >= 0 && !d.empty()) model_.copy_state(be_, pool, spare.slot, seq.slot);
+    snaps.clear();
+    if (!points.empty() && !d.empty()) {  // rows 0 … d-1: a rollback point each
+      for (size_t i = 0; i < d.size(); ++i) snaps.push_back(points[i].slot);
+      snaps.push_back(-1);
+    }
     const double tv = now_s();
-    model_.forward(be_, pool, seq, in, rows.data(), true, greedy ? ids.data() : nullptr, hidden);
+    model_.forward(be_, pool, seq, in, rows.data(), true, greedy ? ids.data() : nullptr, hidden,
+                   snaps);
     const double verify_s = now_s() - tv;
     if (hidden) opt.drafter->observe(model_.hidden_rows(), in, start, false);
     ++st.verify_passes;
@@ -177,21 +191,10 @@ void Generator::speculate(KvPool& pool, KvSequence& seq, int64_t capacity, int32
         if (!emit(t)) return;
         continue;
       }
-      double replay_s = 0.0;  // counted as part of the pass (the policy's cost of a rejection)
-      if (n < d.size() && spare.slot >= 0) {  // back to the copy, then the kept tokens again
-        const double tr = now_s();
-        pool.truncate(seq, start);
-        model_.copy_state(be_, pool, seq.slot, spare.slot);
-        ids.resize(n + 1);
-        model_.forward(be_, pool, seq, std::span(in).first(n + 1), rows.data(), false, ids.data(),
-                       hidden);
-        if (hidden)
-          opt.drafter->observe(model_.hidden_rows(), std::span(in).first(n + 1), start, false);
-        replay_s = now_s() - tr;
-      } else {
-        pool.truncate(seq, seq.length - int64_t(d.size() - n));
-      }
-      policy.record(int64_t(d.size()), int64_t(n), verify_s + replay_s, draft_s);
+      pool.truncate(seq, seq.length - int64_t(d.size() - n));
+      if (n < d.size() && !points.empty())  // the state after row n: the last kept token
+        model_.roll_back_state(be_, pool, seq, points[n].slot, int64_t(n + 1));
+      policy.record(int64_t(d.size()), int64_t(n), verify_s, draft_s);
       tok = t;  // the target's token after the accepted drafts
       break;
     }

@@ -130,6 +130,10 @@ class Model {
     KvSequence* seq = nullptr;
     std::span<const int32_t> tokens;
     bool all_logits = false;
+    // Hybrid models: empty, or a state slot per token (-1: none) that gets the sequence's
+    // recurrent and conv state as they are after that token (PassRows::snaps): a verification
+    // pass's rollback points.
+    std::span<const int32_t> snaps = {};
   };
   // With `argmax` (rows entries), argmax[r] = the index of row r's largest logit (lowest on
   // ties), computed where the logits are: a device backend then does not copy the logits back
@@ -140,8 +144,8 @@ class Model {
                int32_t* argmax = nullptr, bool keep_hidden = false);
   // One sequence: reserves its blocks (throws when the pool is full), then runs the pass.
   void forward(Backend& be, KvPool& pool, KvSequence& seq, std::span<const int32_t> tokens,
-               float* logits, bool all_logits, int32_t* argmax = nullptr,
-               bool keep_hidden = false);
+               float* logits, bool all_logits, int32_t* argmax = nullptr, bool keep_hidden = false,
+               std::span<const int32_t> snaps = {});
   // The last keep_hidden pass's final hidden states, [T, E] in the backend's memory and
   // act_dtype(), the rows in the pass's order; with taps set (below), the tapped rows instead.
   const void* hidden_rows() const { return hidden_; }
@@ -185,6 +189,13 @@ class Model {
   // Copies recurrent-state slot `src` to `dst` in every state layer (hybrid models; queued on
   // the backend like an op).
   void copy_state(Backend& be, KvPool& pool, int32_t dst, int32_t src);
+  // After a verification pass whose rejected rows were truncated away: the sequence's state
+  // becomes rollback point `point` (BatchItem::snaps: the state after its last kept row), and a
+  // sequence now ending on a block boundary keeps that state for the prefix cache as a pass of
+  // `kept` rows ending there would.
+  void roll_back_state(Backend& be, KvPool& pool, KvSequence& seq, int32_t point, int64_t kept);
+  // Slot `slot`'s conv and recurrent state in every state layer, copied to the host (tests).
+  std::vector<uint8_t> state_bytes(Backend& be, KvPool& pool, int32_t slot) const;
   // Makes the weights resident in the backend's memory (forward does it on first use).
   void bind(Backend& be);
   // Bytes of the scratch arena of the largest pass run so far (forward grows it on demand).
@@ -261,7 +272,7 @@ class Model {
   std::vector<int64_t> pos_, table_sizes_;
   std::vector<int32_t> ids_;
   std::vector<const int32_t*> tables_;
-  std::vector<int32_t> slots_;
+  std::vector<int32_t> slots_, snaps_;
 };
 
 // Opens the checkpoint at path ("" = embedded default model) and builds the model.

@@ -333,10 +333,11 @@ void Model::ensure_scratch(Backend& be, int64_t T, int64_t rows) {
 }
 
 void Model::forward(Backend& be, KvPool& pool, KvSequence& seq, std::span<const int32_t> tokens,
-                    float* logits, bool all_logits, int32_t* argmax, bool keep_hidden) {
+                    float* logits, bool all_logits, int32_t* argmax, bool keep_hidden,
+                    std::span<const int32_t> snaps) {
   if (!pool.reserve(seq, int64_t(tokens.size())))
     fail("[model] the KV cache is full: {} + {} positions do not fit", seq.length, tokens.size());
-  const BatchItem item{&seq, tokens, all_logits};
+  const BatchItem item{&seq, tokens, all_logits, snaps};
   forward(be, pool, std::span(&item, 1), logits, argmax, keep_hidden);
 }
 
@@ -447,6 +448,25 @@ void Model::copy_state(Backend& be, KvPool& pool, int32_t dst, int32_t src) {
   }
 }
 
+void Model::roll_back_state(Backend& be, KvPool& pool, KvSequence& seq, int32_t point,
+                            int64_t kept) {
+  copy_state(be, pool, seq.slot, point);
+  if (const int32_t snap = pool.snapshot_target(seq, kept > 1); snap >= 0)
+    copy_state(be, pool, snap, seq.slot);
+}
+
+std::vector<uint8_t> Model::state_bytes(Backend& be, KvPool& pool, int32_t slot) const {
+  std::vector<uint8_t> out;
+  for (int64_t l = 0; l < pool.state_spec().layers; ++l)
+    for (auto [base, n] : {std::pair{pool.conv_state(l), pool.conv_slot_bytes()},
+                           std::pair{pool.rec_state(l), pool.rec_slot_bytes()}}) {
+      out.resize(out.size() + n);
+      be.download(out.data() + out.size() - n,
+                  reinterpret_cast<const uint8_t*>(base) + size_t(slot) * n, n);
+    }
+  return out;
+}
+
 // Causal GQA attention (optionally with Qwen3.5's per-head output gate): s.xn → s.o.
 void Model::attention_block(Backend& be, KvPool& pool, const BoundLayer& L, int64_t T,
                             float scale, int64_t first) {
@@ -545,7 +565,9 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
   tables_.clear();
   table_sizes_.clear();
   slots_.clear();
+  snaps_.clear();
   const bool hybrid = pool.has_state();
+  bool any_snap = false;
   int64_t rows = 0;  // rows that need logits
   // Item rows [from, n) need logits: its last row, or all of them.
   auto logits_from = [](const BatchItem& it) {
@@ -558,6 +580,9 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
   auto mix = [&key](uint64_t v) { key = (key ^ v) * 0x100000001b3ull; };
   for (const BatchItem& it : batch) {
     const int64_t n = int64_t(it.tokens.size());
+    if (!it.snaps.empty() && (!hybrid || int64_t(it.snaps.size()) != n))
+      fail("[model] state snapshots: {} slots for {} tokens{}", it.snaps.size(), n,
+           hybrid ? "" : " of a model without recurrent state");
     const int64_t cap = int64_t(it.seq->blocks.size()) * pool.block_size();
     if (it.seq->length + n > cap)
       fail("[model] sequence needs {} positions, {} reserved", it.seq->length + n, cap);
@@ -569,6 +594,8 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
       tables_.push_back(it.seq->blocks.data());
       table_sizes_.push_back(int64_t(it.seq->blocks.size()));
       if (hybrid) slots_.push_back(it.seq->slot);
+      if (hybrid) snaps_.push_back(it.snaps.empty() ? -1 : it.snaps[size_t(i)]);
+      any_snap |= !it.snaps.empty() && it.snaps[size_t(i)] >= 0;
     }
     if (hybrid && it.seq->slot < 0 && n > 0)
       fail("[model] sequence has no recurrent-state slot (reserve it in the pool first)");
@@ -613,6 +640,7 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
   pr.T = T, pr.ids = ids_.data(), pr.pos = pos_.data(), pr.tables = tables_.data();
   pr.table_sizes = table_sizes_.data(), pr.block_size = pool.block_size();
   pr.slots = hybrid ? slots_.data() : nullptr;
+  pr.snaps = any_snap ? snaps_.data() : nullptr;
   be.begin_pass(pr);
   // The program's identity: the row layout, the arena and the cache it writes.
   mix(uint64_t(T)), mix(s.generation);

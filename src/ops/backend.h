@@ -66,6 +66,10 @@ struct PassRows {
   int64_t block_size = 0;
   // [T] the recurrent-state slot of the row's sequence (hybrid models; nullptr otherwise).
   const int32_t* slots = nullptr;
+  // [T] or nullptr (hybrid models): a state slot per row (-1: none) that `gdn` also leaves the
+  // row's conv and recurrent state in, as they are after the row: the points a speculative
+  // verification pass can roll back to without running the kept rows again.
+  const int32_t* snaps = nullptr;
 };
 
 // Causal attention of T query rows over a paged KV cache. Row t belongs to a sequence whose

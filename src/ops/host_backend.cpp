@@ -188,7 +188,7 @@ void HostBackend::gated_add(float* y, const float* s, const float* g, int64_t T,
 
 void HostBackend::gdn(const GdnArgs& g) {
   if (!rows_.slots) fail("[{}] gdn: the pass has no state slots", name());
-  ref::gdn(g, rows_.slots, rows_.pos);
+  ref::gdn(g, rows_.slots, rows_.pos, rows_.snaps);
 }
 
 void HostBackend::gated_rmsnorm(const float* x, const float* z, const float* w, void* y,

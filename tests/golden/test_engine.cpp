@@ -123,7 +123,7 @@ TEST_P(EngineModels, ConcurrentRequestsGetExactlyTheirSoloTokens) {
     if (kv_tokens > 0) {
       EXPECT_GT(engine.stats().preemptions, 0);
     }
-    if (!cfg.spec.empty()) {  // hybrids too: their state copied and the kept tokens replayed
+    if (!cfg.spec.empty()) {  // hybrids too: their state rolled back to the kept rows' point
       EXPECT_GT(engine.stats().spec_drafted, 0);
       // (The continuations of qwen3_next and qwen3_5_moe here never repeat what prompt lookup
       // proposes: all their n-gram drafts are rejected; random MTP heads keep next to none.)

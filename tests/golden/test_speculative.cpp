@@ -109,6 +109,50 @@ TEST(Speculative, RollbackLeavesTheCacheAsIfNeverDrafted) {
   EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), ref.size() * 4));
 }
 
+// Hybrid models: a verification pass leaves the recurrent and conv state after each of its rows
+// but the last in a rollback point (Model::BatchItem::snaps); rolled back to the point of its
+// last kept row, the sequence's state, and the logits of the next token, are bitwise those of a
+// run that never drafted (one token at a time), for every number of kept rows.
+TEST(Speculative, RollbackPointsLeaveTheRecurrentStateAsIfNeverDrafted) {
+  auto be = cpu::make_cpu_backend(2);
+  for (const char* name : {"qwen3_5", "qwen3_next"}) {
+    auto m = model_load(test::source_dir() + "/tests/golden/" + name);
+    const int64_t V = m->config().vocab;
+    const std::vector<int32_t> prompt = looping_prompt(V);
+    const std::vector<int32_t> in = {3, 11, 12, 13, 14, 15};
+    const int32_t next = 9;
+    std::vector<float> ref(static_cast<size_t>(V)), got(static_cast<size_t>(V)),
+        rows(in.size() * size_t(V));
+    for (size_t kept = 1; kept < in.size(); ++kept) {
+      auto rpool = m->new_kv_pool(*be, 128);
+      KvSequence r;
+      m->forward(*be, *rpool, r, prompt, ref.data(), false);
+      for (size_t i = 0; i < kept; ++i)
+        m->forward(*be, *rpool, r, std::span(in).subspan(i, 1), ref.data(), false);
+      const auto want = m->state_bytes(*be, *rpool, r.slot);
+      m->forward(*be, *rpool, r, std::vector<int32_t>{next}, ref.data(), false);
+
+      auto pool = m->new_kv_pool(*be, 128, 16, 8);
+      KvSequence s;
+      std::vector<KvSequence> points(in.size() - 1);
+      std::vector<int32_t> snaps;
+      for (KvSequence& q : points) {
+        ASSERT_TRUE(pool->reserve(q, 0));
+        snaps.push_back(q.slot);
+      }
+      snaps.push_back(-1);
+      m->forward(*be, *pool, s, prompt, got.data(), false);
+      m->forward(*be, *pool, s, in, rows.data(), true, nullptr, false, snaps);
+      pool->truncate(s, int64_t(prompt.size() + kept));
+      m->roll_back_state(*be, *pool, s, points[kept - 1].slot, int64_t(kept));
+      EXPECT_EQ(m->state_bytes(*be, *pool, s.slot), want) << name << ", " << kept << " rows kept";
+      m->forward(*be, *pool, s, std::vector<int32_t>{next}, got.data(), false);
+      EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), ref.size() * 4))
+          << name << ", " << kept << " rows kept";
+    }
+  }
+}
+
 // Sampling: each draft is accepted when the plain loop's own draw at its position picks it (the
 // rejection rule for a one-token proposal), so the text is plain sampling's for the same seed,
 // penalties included.

@@ -564,6 +564,50 @@ void speculative(const std::string& label, const std::string& path) {
   }
 }
 
+// Hybrid rollback on the GPU: a verification pass leaves the state after each of its rows but
+// the last in a rollback point (the gdn kernels' snapshot writes); rolled back to the point of
+// its last kept row, the sequence's conv and recurrent state and the next token's logits are
+// bitwise those of a run that never drafted, for every number of kept rows.
+void rollback_points(const std::string& label, const std::string& path) {
+  auto m = model_load(path);
+  auto gpu = cuda::make_cuda_backend({});
+  const int64_t V = m->config().vocab;
+  const auto prompt = prompt_ids(40, V);
+  const std::vector<int32_t> in = {3, 11, 12, 13, 14, 15};
+  const int32_t next = 9;
+  std::vector<float> ref(static_cast<size_t>(V)), got(static_cast<size_t>(V)),
+      rows(in.size() * size_t(V));
+  bool ok = true;
+  for (size_t kept = 1; kept < in.size(); ++kept) {
+    auto rpool = m->new_kv_pool(*gpu, 128, 64);
+    KvSequence r;
+    m->forward(*gpu, *rpool, r, prompt, ref.data(), false);
+    for (size_t i = 0; i < kept; ++i)
+      m->forward(*gpu, *rpool, r, std::span(in).subspan(i, 1), ref.data(), false);
+    const auto want = m->state_bytes(*gpu, *rpool, r.slot);
+    m->forward(*gpu, *rpool, r, std::vector<int32_t>{next}, ref.data(), false);
+    auto pool = m->new_kv_pool(*gpu, 128, 64, 8);
+    KvSequence s;
+    std::vector<KvSequence> points(in.size() - 1);
+    std::vector<int32_t> snaps;
+    for (KvSequence& q : points) {
+      pool->reserve(q, 0);
+      snaps.push_back(q.slot);
+    }
+    snaps.push_back(-1);
+    m->forward(*gpu, *pool, s, prompt, got.data(), false);
+    m->forward(*gpu, *pool, s, in, rows.data(), true, nullptr, false, snaps);
+    pool->truncate(s, int64_t(prompt.size() + kept));
+    m->roll_back_state(*gpu, *pool, s, points[kept - 1].slot, int64_t(kept));
+    ok &= m->state_bytes(*gpu, *pool, s.slot) == want;
+    m->forward(*gpu, *pool, s, std::vector<int32_t>{next}, got.data(), false);
+    ok &= same(ref, got);
+  }
+  check(ok, label +
+                ": rolled back to the point of 1 … 5 kept rows == never drafted (state and "
+                "next logits, bitwise)");
+}
+
 // DSpark block drafters on the GPU (docs/speculative.md): the non-causal block pass, the taps
 // read in bf16 and the host Markov head against the torch reference
 // (tools/make_dspark_reference.py: base and Markov-corrected logits, final hidden rows; bf16
@@ -757,6 +801,8 @@ int main() {
     exactness("default model, fp8 KV cache", "", DType::F8_E4M3, true);
     exactness("qwen3_5", golden + "/qwen3_5", DType::BF16, true);
     speculative("default model", "");
+    rollback_points("qwen3_5", golden + "/qwen3_5");
+    rollback_points("qwen3_next", golden + "/qwen3_next");
     speculative("qwen3_5", golden + "/qwen3_5");
     for (const char* name : {"llama_d128_bf16", "qwen3_d64_bf16", "qwen3_next", "qwen3_5_moe"})
       speculative(name, golden + "/" + name);

@@ -315,9 +315,10 @@ class CudaBackend final : public Backend {
     // Bucketed so a recorded pass serves every context up to the bucket.
     max_pos_ = int64_t(pow2_at_least(uint64_t(max_pos / kAttnChunk + 1))) * kAttnChunk - 1;
     // [ids | positions | cache slots | row → table | tables (seqs × stride) | state slots |
-    //  the last row's position, T times (the keys of a non-causal block: attention())]
+    //  the last row's position, T times (the keys of a non-causal block: attention()) |
+    //  state snapshot slots (gdn)]
     const size_t n_tables = seqs.size() * size_t(stride_);
-    const size_t n = size_t(6 * r.T) + n_tables;
+    const size_t n = size_t(7 * r.T) + n_tables;
     if (n > meta_cap_) {
       if (pinned_) check(cudaFreeHost(pinned_), "cudaFreeHost");
       if (meta_) dealloc(meta_);
@@ -343,6 +344,7 @@ class CudaBackend final : public Backend {
     int32_t* st = tb + n_tables;  // recurrent-state slots (hybrid models), else -1
     for (int64_t t = 0; t < r.T; ++t) st[t] = r.slots ? r.slots[t] : -1;
     std::fill(st + r.T, st + 2 * r.T, int32_t(r.pos[r.T - 1]));
+    for (int64_t t = 0; t < r.T; ++t) st[2 * r.T + t] = r.snaps ? r.snaps[t] : -1;
     has_state_slots_ = r.slots != nullptr;
     check(cudaMemcpyAsync(meta_, pinned_, n * 4, cudaMemcpyHostToDevice, stream_), "pass rows");
     if (!meta_copied_)
@@ -355,6 +357,7 @@ class CudaBackend final : public Backend {
     d_tables_ = meta_ + 4 * r.T;
     d_state_slots_ = d_tables_ + n_tables;
     d_block_pos_ = d_state_slots_ + r.T;
+    d_snaps_ = d_block_pos_ + r.T;
     last_pos_ = r.pos[r.T - 1];
   }
 
@@ -591,7 +594,7 @@ class CudaBackend final : public Backend {
     GdnKernelArgs a;
     a.qkv = g.qkv, a.b = g.b, a.a = g.a, a.conv_w = g.conv_w, a.A_log = g.A_log;
     a.dt_bias = g.dt_bias, a.conv_state = g.conv_state, a.rec_state = g.rec_state;
-    a.out = g.out, a.slots = d_state_slots_, a.pos = d_pos_;
+    a.out = g.out, a.slots = d_state_slots_, a.pos = d_pos_, a.snaps = d_snaps_;
     a.u = static_cast<float*>(gdn_ws_);
     a.T = g.T, a.Hk = g.Hk, a.Hv = g.Hv, a.Dk = g.Dk, a.Dv = g.Dv, a.K = g.K;
     op("gdn", 0, 0, [&] { return cuda::gdn(a, stream_); });
@@ -784,7 +787,8 @@ class CudaBackend final : public Backend {
   size_t meta_cap_ = 0;
   DType kv_ = DType::BF16;
   const int32_t *d_ids_ = nullptr, *d_pos_ = nullptr, *d_slots_ = nullptr, *d_row_table_ = nullptr,
-                *d_tables_ = nullptr, *d_state_slots_ = nullptr, *d_block_pos_ = nullptr;
+                *d_tables_ = nullptr, *d_state_slots_ = nullptr, *d_block_pos_ = nullptr,
+                *d_snaps_ = nullptr;
   int64_t last_pos_ = -1;  // the pass's last row's position
   bool has_state_slots_ = false;
   void* ws_ = nullptr;  // attention's split workspace (f32 partials)

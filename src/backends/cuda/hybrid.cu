@@ -96,8 +96,8 @@ constexpr int kConvBatch = 8, kGdnPrefetch = 4;
 __global__ void __launch_bounds__(kConvThreads)
     gdn_conv_kernel(const float* __restrict__ qkv, const float* __restrict__ conv_w,
                     float* __restrict__ conv_state, float* __restrict__ u,
-                    const int32_t* __restrict__ slots, const int32_t* __restrict__ pos, int T,
-                    int C, int K) {
+                    const int32_t* __restrict__ slots, const int32_t* __restrict__ pos,
+                    const int32_t* __restrict__ snaps, int T, int C, int K) {
   pdl_trigger();
   const int t0 = blockIdx.y;
   if (!run_start(slots, t0)) return;
@@ -115,12 +115,13 @@ __global__ void __launch_bounds__(kConvThreads)
   const float w_last = conv_w[int64_t(c) * K + Km1];
   for (int tb = t0; tb < t_end; tb += kConvBatch) {
     float ins[kConvBatch];
-    int ps[kConvBatch];
+    int ps[kConvBatch], sn[kConvBatch];
 #pragma unroll
     for (int k = 0; k < kConvBatch; ++k) {
       const int t = tb + k;
       ins[k] = t < t_end ? qkv[int64_t(t) * C + c] : 0.0f;
       ps[k] = t < t_end ? pos[t] : 1;
+      sn[k] = t < t_end && snaps ? snaps[t] : -1;
     }
 #pragma unroll
     for (int k = 0; k < kConvBatch; ++k) {
@@ -144,6 +145,12 @@ __global__ void __launch_bounds__(kConvThreads)
           win[j] = in;
       }
       u[int64_t(t) * C + c] = silu_f(acc);
+      if (sn[k] >= 0) {  // the window after this row into the row's snapshot slot
+        float* snap = conv_state + (int64_t(sn[k]) * C + c) * Km1;
+#pragma unroll
+        for (int j = 0; j < kGdnMaxK - 1; ++j)
+          if (j < Km1) snap[j] = win[j];
+      }
     }
   }
 #pragma unroll
@@ -200,8 +207,8 @@ template <int DKMAX, int LPC, bool FULL>
 __global__ void __launch_bounds__(32)
     gdn_recurrent_kernel(const float* __restrict__ u, const float* __restrict__ gates,
                          float* __restrict__ rec_state, float* __restrict__ out,
-                         const int32_t* __restrict__ slots, const int32_t* __restrict__ pos, int T,
-                         int Hk, int Hv, int Dk, int Dv) {
+                         const int32_t* __restrict__ slots, const int32_t* __restrict__ pos,
+                         const int32_t* __restrict__ snaps, int T, int Hk, int Hv, int Dk, int Dv) {
   pdl_trigger();
   constexpr int NPL = DKMAX / LPC;  // state rows per lane
   constexpr int COLS = 32 / LPC;    // value columns per warp
@@ -231,7 +238,7 @@ __global__ void __launch_bounds__(32)
   // the position, for kGdnPrefetch rows (ring entry r holds row tb + r of the current group).
   constexpr int PF = kGdnPrefetch;
   float nq[PF][NQ], nk[PF][NQ], nv[PF], nbeta[PF], ndecay[PF];
-  int np[PF];
+  int np[PF], nsnap[PF];
   auto load = [&](int r, int t) {
     const float* row = u + int64_t(t) * C;
 #pragma unroll
@@ -244,6 +251,7 @@ __global__ void __launch_bounds__(32)
     nbeta[r] = gates[2 * (int64_t(t) * Hv + h)];
     ndecay[r] = gates[2 * (int64_t(t) * Hv + h) + 1];
     np[r] = pos[t];
+    nsnap[r] = snaps ? snaps[t] : -1;
   };
   auto part_sum = [](float v) {  // the butterfly over the LPC lanes of a column
 #pragma unroll
@@ -266,6 +274,7 @@ __global__ void __launch_bounds__(32)
       }
       const float v = nv[r], beta = nbeta[r], decay = ndecay[r];
       const bool reset = np[r] == 0;
+      const int snap = nsnap[r];
       __syncwarp();
       if (t + PF < t_end) load(r, t + PF);
       if (reset) {
@@ -290,6 +299,14 @@ __global__ void __launch_bounds__(32)
         }
       o = part_sum(o);
       if (active && part == 0) out[(int64_t(t) * Hv + h) * Dv + j] = o;
+      if (snap >= 0 && active) {  // the state after this row into the row's snapshot slot
+        float* Sn = rec_state + ((int64_t(snap) * Hv + h) * Dk) * Dv + j;
+#pragma unroll
+        for (int m = 0; m < NPL; ++m) {
+          const int i = part + LPC * m;
+          if (FULL || i < Dk) Sn[int64_t(i) * Dv] = S[m];
+        }
+      }
     }
   }
   if (active) {
@@ -524,7 +541,7 @@ cudaError_t gdn(const GdnKernelArgs& a, cudaStream_t s) {
   if (a.T == 0) return cudaSuccess;
   const unsigned T = unsigned(a.T);
   gdn_conv_kernel<<<dim3(unsigned((C + kConvThreads - 1) / kConvThreads), T), kConvThreads, 0, s>>>(
-      a.qkv, a.conv_w, a.conv_state, a.u, a.slots, a.pos, int(a.T), int(C), int(a.K));
+      a.qkv, a.conv_w, a.conv_state, a.u, a.slots, a.pos, a.snaps, int(a.T), int(C), int(a.K));
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   float* gates = a.u + a.T * C;
@@ -536,7 +553,8 @@ cudaError_t gdn(const GdnKernelArgs& a, cudaStream_t s) {
   const dim3 grid(unsigned(a.Hv * ((a.Dv + kGdnCols - 1) / kGdnCols)), T);
   const int Tn = int(a.T), Hk = int(a.Hk), Hv = int(a.Hv), Dk = int(a.Dk), Dv = int(a.Dv);
   auto launch = [&](auto kernel) {
-    kernel<<<grid, 32, 0, s>>>(a.u, gates, a.rec_state, a.out, a.slots, a.pos, Tn, Hk, Hv, Dk, Dv);
+    kernel<<<grid, 32, 0, s>>>(a.u, gates, a.rec_state, a.out, a.slots, a.pos, a.snaps, Tn, Hk, Hv,
+                               Dk, Dv);
   };
   constexpr int L = kGdnLanesPerCol;
   if (a.Dk == 128)

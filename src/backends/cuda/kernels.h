@@ -274,6 +274,9 @@ struct GdnKernelArgs {
   float* out = nullptr;            // [T, Hv, Dv]
   const int32_t* slots = nullptr;  // [T] device: each row's state slot
   const int32_t* pos = nullptr;    // [T] device: each row's position (0 resets the state)
+  // [T] device or null: a state slot per row (-1: none) that also gets the conv window and the
+  // recurrent state as they are after the row (speculative decoding's rollback points)
+  const int32_t* snaps = nullptr;
   float* u = nullptr;              // scratch: gdn_scratch_floats (u [T, C], gates [T, Hv, 2])
   int64_t T = 0, Hk = 0, Hv = 0, Dk = 0, Dv = 0, K = 0;
 };

@@ -224,7 +224,7 @@ void moe(const MoeArgs& m) {
   }
 }
 
-void gdn(const GdnArgs& g, const int32_t* slots, const int64_t* pos) {
+void gdn(const GdnArgs& g, const int32_t* slots, const int64_t* pos, const int32_t* snaps) {
   const int64_t C = g.channels(), Km1 = g.K - 1, KD = g.Hk * g.Dk, group = g.Hv / g.Hk;
   std::vector<float> u(static_cast<size_t>(C));
   for (int64_t t = 0; t < g.T; ++t) {
@@ -276,6 +276,11 @@ void gdn(const GdnArgs& g, const int32_t* slots, const int64_t* pos) {
         for (int64_t i = 0; i < g.Dk; ++i) acc += S[i * g.Dv + j] * q[i];
         o[j] = acc;
       }
+    }
+    if (snaps && snaps[t] >= 0) {  // the state after this row, into its snapshot slot
+      const int64_t sn = snaps[t], R = g.Hv * g.Dk * g.Dv;
+      std::copy_n(cs, C * Km1, g.conv_state + sn * C * Km1);
+      std::copy_n(S0, R, g.rec_state + sn * R);
     }
   }
 }

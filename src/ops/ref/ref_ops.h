@@ -29,7 +29,8 @@ void moe_route(const float* logits, int64_t n_experts, int64_t top_k, bool norm,
 // The whole MoE feed-forward, row by row with scalar matmuls.
 void moe(const MoeArgs& m);
 // Gated DeltaNet over the pass's rows (slots, pos: [T] of PassRows).
-void gdn(const GdnArgs& g, const int32_t* slots, const int64_t* pos);
+void gdn(const GdnArgs& g, const int32_t* slots, const int64_t* pos,
+         const int32_t* snaps = nullptr);
 void gated_rmsnorm(const float* x, const float* z, const float* w, float* y, int64_t rows,
                    int64_t n, float eps);
 void sigmoid_mul(float* y, const float* gate, int64_t n);
