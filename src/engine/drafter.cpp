@@ -44,22 +44,21 @@ std::vector<int32_t> ModelDrafter::draft(std::span<const int32_t> h, int64_t k) 
   k = std::min(k, int64_t(pool_->n_blocks() * pool_->block_size()) - L);
   if (k <= 0) return {};
   int64_t keep = 0;
-  int64_t same = 0;  // the prefix the cache shares with the history
-  while (same < seq_.length && same < L && seq_.tokens[size_t(same)] == h[size_t(same)]) ++same;
   if (!pool_->has_state()) {
-    // Keep the KV of the shared prefix, less one token: the last token runs again so its
-    // logits are at hand.
-    keep = std::min(same, L - 1);
-    pool_->truncate(seq_, keep);
-  } else if (snap_ > 0 && snap_ < L && same >= snap_) {
-    // A recurrent state has no per-position history: it goes back to the copy taken after
-    // the last call's history (the proposals ran after it), and the text since runs again.
-    keep = snap_;
-    pool_->truncate(seq_, keep);
-    m_->copy_state(be_, *pool_, seq_.slot, spare_.slot);
-  } else {  // no usable copy: from the start
-    pool_->release(seq_);
-    seq_ = KvSequence{};
+    keep = keep_for(h);
+  } else {
+    int64_t same = 0;  // the prefix the cache shares with the history
+    while (same < seq_.length && same < L && seq_.tokens[size_t(same)] == h[size_t(same)]) ++same;
+    if (snap_ > 0 && snap_ < L && same >= snap_) {
+      // A recurrent state has no per-position history: it goes back to the copy taken after
+      // the last call's history (the proposals ran after it), and the text since runs again.
+      keep = snap_;
+      pool_->truncate(seq_, keep);
+      m_->copy_state(be_, *pool_, seq_.slot, spare_.slot);
+    } else {  // no usable copy: from the start
+      pool_->release(seq_);
+      seq_ = KvSequence{};
+    }
   }
   int32_t next = -1;
   m_->forward(be_, *pool_, seq_, h.subspan(size_t(keep)), logits_.data(), false, &next);
@@ -77,6 +76,91 @@ std::vector<int32_t> ModelDrafter::draft(std::span<const int32_t> h, int64_t k) 
   }
   pool_->truncate(seq_, L);  // its proposals' KV: the next call's history decides
   return d;
+}
+
+int64_t ModelDrafter::keep_for(std::span<const int32_t> h) {
+  const int64_t L = int64_t(h.size());
+  int64_t same = 0;  // the prefix the cache shares with the history
+  while (same < seq_.length && same < L && seq_.tokens[size_t(same)] == h[size_t(same)]) ++same;
+  const int64_t keep = std::min(same, L - 1);
+  pool_->truncate(seq_, keep);
+  return keep;
+}
+
+std::vector<std::vector<int32_t>> ModelDrafter::draft_batch(
+    std::span<ModelDrafter* const> ds, std::span<const std::span<const int32_t>> hs,
+    std::span<const int64_t> ks, std::vector<std::string>* errors) {
+  const size_t n = ds.size();
+  std::vector<std::vector<int32_t>> out(n);
+  if (errors) errors->assign(n, {});
+  std::vector<size_t> live;  // the drafters drafting together
+  for (size_t i = 0; i < n; ++i) {
+    ModelDrafter& d = *ds[i];
+    const int64_t L = int64_t(hs[i].size());
+    const int64_t k = std::min(ks[i], int64_t(d.pool_->n_blocks() * d.pool_->block_size()) - L);
+    if (k <= 0 || L == 0) continue;
+    const bool together =
+        !d.pool_->has_state() &&
+        (live.empty() ||
+         (d.m_ == ds[live[0]]->m_ && &d.be_ == &ds[live[0]]->be_ && d.pool_ == ds[live[0]]->pool_));
+    if (together) {
+      live.push_back(i);
+      continue;
+    }
+    try {
+      out[i] = d.draft(hs[i], k);
+    } catch (const Error& e) {
+      if (errors) (*errors)[i] = e.what();
+    }
+  }
+  if (live.empty()) return out;
+  ModelDrafter& d0 = *ds[live[0]];
+  KvPool& pool = *d0.pool_;
+  const int64_t V = d0.m_->config().vocab;
+  std::vector<Model::BatchItem> batch;
+  std::vector<size_t> who;
+  std::vector<int32_t> next;
+  std::vector<float> logits;  // (unused: the argmax is taken where the logits are)
+  auto run = [&] {
+    next.assign(batch.size(), -1);
+    logits.resize(batch.size() * size_t(V));
+    d0.m_->forward(d0.be_, pool, batch, logits.data(), next.data());
+  };
+  // The catch-up: each drafter's history past what its cache keeps, in one pass.
+  for (size_t i : live) {
+    ModelDrafter& d = *ds[i];
+    const int64_t keep = d.keep_for(hs[i]);
+    const auto rest = hs[i].subspan(size_t(keep));
+    if (!pool.reserve(d.seq_, int64_t(rest.size()))) {
+      if (errors) (*errors)[i] = "[spec] the draft model's KV pool is full";
+      continue;
+    }
+    batch.push_back({&d.seq_, rest, false});
+    who.push_back(i);
+  }
+  if (batch.empty()) return out;
+  run();
+  for (size_t j = 0; j < who.size(); ++j) out[who[j]].push_back(next[j]);
+  // Each further token: a row per drafter that still drafts.
+  std::vector<int32_t> one(who.size());
+  for (int64_t step = 1;; ++step) {
+    batch.clear();
+    std::vector<size_t> still;
+    for (size_t j = 0; j < who.size(); ++j) {
+      const size_t i = who[j];
+      const int64_t k =
+          std::min(ks[i], int64_t(pool.n_blocks() * pool.block_size()) - int64_t(hs[i].size()));
+      if (step >= k || !pool.reserve(ds[i]->seq_, 1)) continue;
+      one[j] = out[i].back();
+      batch.push_back({&ds[i]->seq_, std::span(one).subspan(j, 1), false});
+      still.push_back(j);
+    }
+    if (batch.empty()) break;
+    run();
+    for (size_t r = 0; r < still.size(); ++r) out[who[still[r]]].push_back(next[r]);
+  }
+  for (size_t i : who) pool.truncate(ds[i]->seq_, int64_t(hs[i].size()));
+  return out;
 }
 
 HiddenStateDrafter::HiddenStateDrafter(Backend& be, std::shared_ptr<KvPool> pool,

@@ -104,8 +104,21 @@ class ModelDrafter final : public Drafter {
   ~ModelDrafter() override;
   std::string name() const override { return "draft"; }
   std::vector<int32_t> draft(std::span<const int32_t> history, int64_t k) override;
+  // Drafts for several sequences at once: out[i] = ds[i]->draft(histories[i], ks[i]), the
+  // same tokens, with the draft model's passes shared: one pass for every drafter's catch-up,
+  // then one of a row per drafter still drafting for each further token. The drafters share
+  // one model, backend and pool (the engine's); one whose model has recurrent state, or whose
+  // pass cannot be reserved, drafts alone (draft()), and one that fails gets no tokens (its
+  // error in errors[i], empty otherwise).
+  static std::vector<std::vector<int32_t>> draft_batch(std::span<ModelDrafter* const> ds,
+                                                       std::span<const std::span<const int32_t>> hs,
+                                                       std::span<const int64_t> ks,
+                                                       std::vector<std::string>* errors = nullptr);
 
  private:
+  // The prefix to keep of the drafter's KV for `h` (the shared prefix less one token: the last
+  // token runs again so its logits are at hand), truncated to it.
+  int64_t keep_for(std::span<const int32_t> h);
   std::shared_ptr<Model> m_;
   Backend& be_;
   std::shared_ptr<KvPool> pool_;

@@ -127,6 +127,77 @@ EngineStats Engine::stats() const {
   return stats_;
 }
 
+// A sequence's own drafter starts with its first pass (an MTP drafter reads every pass).
+void Engine::ensure_drafter(Seq& s) {
+  if (!draft_model_ || s.drafter) return;
+  try {
+    if (mtp_)
+      s.drafter = std::make_unique<MtpDrafter>(draft_model_, be_, max_context_, draft_pool_);
+    else if (dspark_)
+      s.drafter = std::make_unique<DSparkDrafter>(dspark_, be_, max_context_, draft_pool_,
+                                                  cfg_.spec_min_confidence);
+    else
+      s.drafter = std::make_unique<ModelDrafter>(draft_model_, be_, max_context_, draft_pool_);
+  } catch (const Error& e) {
+    spdlog::debug("engine: request {}: no drafter ({})", s.id, e.what());
+  }
+}
+
+int64_t Engine::wanted_drafts(Seq& s, const Drafter& dr) {
+  if (!cfg_.spec_adaptive) return cfg_.spec_tokens;
+  if (!s.policy)
+    s.policy = std::make_unique<SpecPolicy>(std::min(cfg_.spec_tokens, dr.max_draft()),
+                                            !dr.cost_grows_with_k());
+  return s.policy->next_k();
+}
+
+// Draft-model drafters of decoding sequences draft together before the batch is assembled
+// (ModelDrafter::draft_batch: one pass of the draft model a token for all of them, rather than
+// one a token for each); each sequence then takes the first k of its drafts that this step's
+// budget allows, which are the k it would get alone (greedy drafts).
+void Engine::draft_together() {
+  for (auto& p : running_) p->ahead = false;
+  if (!draft_model_ || mtp_ || dspark_ || draft_pool_->has_state()) return;
+  std::vector<ModelDrafter*> ds;
+  std::vector<std::span<const int32_t>> hs;
+  std::vector<int64_t> ks;
+  std::vector<Seq*> who;
+  for (auto& p : running_) {
+    Seq& s = *p;
+    if (int64_t(s.history.size()) - s.kv.length != 1 || !s.req.forced_output.empty()) continue;
+    if (pool_->has_state() && (s.kv.restore >= 0 || pool_->slots_available() == 0)) continue;
+    ensure_drafter(s);
+    auto* md = dynamic_cast<ModelDrafter*>(s.drafter.get());
+    if (!md) continue;
+    s.want = wanted_drafts(s, *md);
+    const int64_t k =
+        std::min({s.want, cfg_.step_tokens - 1, s.req.max_new_tokens - s.generated - 1,
+                  max_context_ - int64_t(s.history.size()) - 1,
+                  pool_->has_state() ? pool_->slots_available() : s.want});
+    if (k <= 0) continue;
+    ds.push_back(md), hs.push_back(s.history), ks.push_back(k), who.push_back(&s);
+  }
+  if (ds.empty()) return;
+  std::vector<std::string> errors;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto out = ModelDrafter::draft_batch(ds, hs, ks, &errors);
+  const double each = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                      double(ds.size());
+  for (size_t i = 0; i < who.size(); ++i) {
+    Seq& s = *who[i];
+    s.ahead = true;
+    s.ahead_tokens = std::move(out[i]);
+    s.ahead_s = each;
+    if (!errors[i].empty()) {  // (e.g. the drafters' pool is full): no drafts this time
+      spdlog::debug("engine: request {}: no drafts ({})", s.id, errors[i]);
+      s.drafter.reset();
+    }
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  ++stats_.spec_draft_batches;
+  stats_.spec_draft_batch_rows += int64_t(ds.size());
+}
+
 void Engine::release_points(Seq& s) {
   for (KvSequence& q : s.points)
     if (q.slot >= 0) pool_->release(q);
@@ -211,6 +282,7 @@ bool Engine::step() {
     return false;
   }
 
+  draft_together();
   // Each running sequence feeds its unfed tokens: a prefill chunk or one decode token.
   std::vector<Model::BatchItem> batch;
   std::vector<Seq*> in_batch;
@@ -225,20 +297,7 @@ bool Engine::step() {
       const int64_t last = (s.kv.length + n) / bs * bs;
       if (last > s.kv.length && last < s.kv.length + n) n = last - s.kv.length;
     }
-    // A sequence's own drafter starts with its first pass (an MTP drafter reads every pass).
-    if (draft_model_ && !s.drafter) {
-      try {
-        if (mtp_)
-          s.drafter = std::make_unique<MtpDrafter>(draft_model_, be_, max_context_, draft_pool_);
-        else if (dspark_)
-          s.drafter = std::make_unique<DSparkDrafter>(dspark_, be_, max_context_, draft_pool_,
-                                                      cfg_.spec_min_confidence);
-        else
-          s.drafter = std::make_unique<ModelDrafter>(draft_model_, be_, max_context_, draft_pool_);
-      } catch (const Error& e) {
-        spdlog::debug("engine: request {}: no drafter ({})", s.id, e.what());
-      }
-    }
+    ensure_drafter(s);
     // A decoding sequence may verify drafts in the same pass: no more than its budget, the
     // tokens it may still emit and its context allow.
     s.spec_in.clear();
@@ -249,27 +308,27 @@ bool Engine::step() {
         !pool_->has_state() || (s.kv.restore < 0 && pool_->slots_available() > 0);
     Drafter* dr = drafter_ ? drafter_.get() : s.drafter.get();
     if (dr && unfed == 1 && s.req.forced_output.empty() && state_ok) {
-      int64_t want = cfg_.spec_tokens;
-      if (cfg_.spec_adaptive) {
-        if (!s.policy)
-          s.policy = std::make_unique<SpecPolicy>(std::min(cfg_.spec_tokens, dr->max_draft()),
-                                                  !dr->cost_grows_with_k());
-        want = s.policy->next_k();
-      }
+      const int64_t want = s.ahead ? s.want : wanted_drafts(s, *dr);
       const int64_t k = std::min({want, budget - 1, s.req.max_new_tokens - s.generated - 1,
                                   max_context_ - int64_t(s.history.size()) - 1,
                                   pool_->has_state() ? pool_->slots_available() : want});
       if (k > 0) {
         std::vector<int32_t> d;
         const auto td = std::chrono::steady_clock::now();
-        try {
-          d = dr->draft(s.history, k);
-        } catch (const Error& e) {  // (e.g. the drafters' pool is full): no drafts this time
-          spdlog::debug("engine: request {}: no drafts ({})", s.id, e.what());
-          s.drafter.reset();
-          d.clear();
+        if (s.ahead) {  // drafted with the others (the first k of them: what k alone gives)
+          d = std::move(s.ahead_tokens);
+        } else {
+          try {
+            d = dr->draft(s.history, k);
+          } catch (const Error& e) {  // (e.g. the drafters' pool is full): no drafts this time
+            spdlog::debug("engine: request {}: no drafts ({})", s.id, e.what());
+            s.drafter.reset();
+            d.clear();
+          }
         }
-        s.draft_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - td).count();
+        s.draft_s =
+            s.ahead ? s.ahead_s
+                    : std::chrono::duration<double>(std::chrono::steady_clock::now() - td).count();
         s.spec_asked = s.policy != nullptr;
         {
           std::lock_guard<std::mutex> lk(mu_);

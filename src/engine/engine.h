@@ -84,6 +84,8 @@ struct EngineStats {
   double spec_draft_seconds = 0;
   // spec_adaptive: passes that asked for drafts, and the draft lengths they asked for.
   int64_t spec_adaptive_passes = 0, spec_adaptive_k_total = 0;
+  // draft:PATH: steps whose sequences drafted together, and the sequences in them.
+  int64_t spec_draft_batches = 0, spec_draft_batch_rows = 0;
 };
 
 class Engine {
@@ -114,6 +116,12 @@ class Engine {
     // but the last: rollback points) and the pass's per-row slots (-1 for the last row).
     std::vector<KvSequence> points;
     std::vector<int32_t> snaps;
+    // Drafted this step with the other sequences' drafters (draft_together): the tokens, the
+    // draft length asked for (before this step's budget), the drafting time's share.
+    bool ahead = false;
+    std::vector<int32_t> ahead_tokens;
+    int64_t want = 0;
+    double ahead_s = 0;
     std::unique_ptr<Drafter> drafter;  // draft:PATH, mtp: this sequence's (KV in draft_pool_)
     std::unique_ptr<SpecPolicy> policy;  // spec_adaptive
     bool spec_asked = false;             // this step asked its drafter (for the policy)
@@ -123,6 +131,9 @@ class Engine {
   bool step();  // one forward pass over the running sequences; false when idle
   void admit();
   void release_points(Seq& s);  // the rollback points' slots go back to the pool
+  void ensure_drafter(Seq& s);  // draft:PATH, mtp, dspark: the sequence's drafter, made once
+  int64_t wanted_drafts(Seq& s, const Drafter& dr);  // spec_tokens, or the policy's k
+  void draft_together();  // draft:PATH: every decoding sequence's drafts in shared passes
   void finish(Seq& s, const std::string& reason, const std::string& error = "");
   void preempt_youngest();
 

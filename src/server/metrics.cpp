@@ -115,6 +115,12 @@ std::string Metrics::render(const EngineStats& es) const {
   one("basalt_spec_adaptive_draft_length_total", "counter",
       "Sum of the draft lengths chosen (--spec-adaptive): divided by the passes, the mean k.",
       es.spec_adaptive_k_total);
+  one("basalt_spec_draft_batches_total", "counter",
+      "Steps whose draft-model drafters drafted together in shared passes (--spec draft:PATH).",
+      es.spec_draft_batches);
+  one("basalt_spec_draft_batch_sequences_total", "counter",
+      "Sequences in those steps: divided by the batches, the mean drafters a shared pass serves.",
+      es.spec_draft_batch_rows);
   one("basalt_engine_forward_seconds_total", "counter",
       "Engine time in forward passes (prefill, decode and verification rows together).",
       es.forward_seconds);

@@ -134,6 +134,14 @@ TEST_P(EngineModels, ConcurrentRequestsGetExactlyTheirSoloTokens) {
       }
       EXPECT_LT(engine.stats().spec_accepted, engine.stats().spec_drafted);
       const EngineStats st = engine.stats();
+      // The sequences' drafters drafted together (draft models without recurrent state; here
+      // the draft model is the target itself).
+      if (cfg.spec.starts_with("draft:") && model->config().linear_layers.empty()) {
+        EXPECT_GT(st.spec_draft_batches, 0);
+        EXPECT_GT(st.spec_draft_batch_rows, st.spec_draft_batches);  // some with 2 or more
+      } else {
+        EXPECT_EQ(st.spec_draft_batches, 0);
+      }
       if (cfg.spec_adaptive) {  // every pass that drafted chose its k, within [1, spec_tokens]
         EXPECT_GE(st.spec_adaptive_passes, st.spec_verifications);
         EXPECT_GE(st.spec_adaptive_k_total, st.spec_adaptive_passes);
