@@ -94,11 +94,12 @@ std::vector<std::vector<int32_t>> ModelDrafter::draft_batch(
   std::vector<std::vector<int32_t>> out(n);
   if (errors) errors->assign(n, {});
   std::vector<size_t> live;  // the drafters drafting together
+  std::vector<int64_t> k(n);  // what each drafts: at most ks[i], as the pool holds
   for (size_t i = 0; i < n; ++i) {
     ModelDrafter& d = *ds[i];
     const int64_t L = int64_t(hs[i].size());
-    const int64_t k = std::min(ks[i], int64_t(d.pool_->n_blocks() * d.pool_->block_size()) - L);
-    if (k <= 0 || L == 0) continue;
+    k[i] = std::min(ks[i], int64_t(d.pool_->n_blocks() * d.pool_->block_size()) - L);
+    if (k[i] <= 0 || L == 0) continue;
     const bool together =
         !d.pool_->has_state() &&
         (live.empty() ||
@@ -108,7 +109,7 @@ std::vector<std::vector<int32_t>> ModelDrafter::draft_batch(
       continue;
     }
     try {
-      out[i] = d.draft(hs[i], k);
+      out[i] = d.draft(hs[i], k[i]);
     } catch (const Error& e) {
       if (errors) (*errors)[i] = e.what();
     }
@@ -148,9 +149,7 @@ std::vector<std::vector<int32_t>> ModelDrafter::draft_batch(
     std::vector<size_t> still;
     for (size_t j = 0; j < who.size(); ++j) {
       const size_t i = who[j];
-      const int64_t k =
-          std::min(ks[i], int64_t(pool.n_blocks() * pool.block_size()) - int64_t(hs[i].size()));
-      if (step >= k || !pool.reserve(ds[i]->seq_, 1)) continue;
+      if (step >= k[i] || !pool.reserve(ds[i]->seq_, 1)) continue;
       one[j] = out[i].back();
       batch.push_back({&ds[i]->seq_, std::span(one).subspan(j, 1), false});
       still.push_back(j);

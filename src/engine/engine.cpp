@@ -143,6 +143,21 @@ void Engine::ensure_drafter(Seq& s) {
   }
 }
 
+// A decoding sequence without forced output (hybrid: with a slot free for a rollback point and
+// no prefix-cache state pending).
+bool Engine::may_draft(const Seq& s) const {
+  return int64_t(s.history.size()) - s.kv.length == 1 && s.req.forced_output.empty() &&
+         (!pool_->has_state() || (s.kv.restore < 0 && pool_->slots_available() > 0));
+}
+
+// The drafts a sequence may verify: no more than it wants, its step budget (its token
+// included), the tokens it may still emit, its context and (hybrid) the free slots allow.
+int64_t Engine::draft_limit(const Seq& s, int64_t want, int64_t budget) const {
+  return std::min({want, budget - 1, s.req.max_new_tokens - s.generated - 1,
+                   max_context_ - int64_t(s.history.size()) - 1,
+                   pool_->has_state() ? pool_->slots_available() : want});
+}
+
 int64_t Engine::wanted_drafts(Seq& s, const Drafter& dr) {
   if (!cfg_.spec_adaptive) return cfg_.spec_tokens;
   if (!s.policy)
@@ -164,16 +179,12 @@ void Engine::draft_together() {
   std::vector<Seq*> who;
   for (auto& p : running_) {
     Seq& s = *p;
-    if (int64_t(s.history.size()) - s.kv.length != 1 || !s.req.forced_output.empty()) continue;
-    if (pool_->has_state() && (s.kv.restore >= 0 || pool_->slots_available() == 0)) continue;
+    if (!may_draft(s)) continue;
     ensure_drafter(s);
     auto* md = dynamic_cast<ModelDrafter*>(s.drafter.get());
     if (!md) continue;
     s.want = wanted_drafts(s, *md);
-    const int64_t k =
-        std::min({s.want, cfg_.step_tokens - 1, s.req.max_new_tokens - s.generated - 1,
-                  max_context_ - int64_t(s.history.size()) - 1,
-                  pool_->has_state() ? pool_->slots_available() : s.want});
+    const int64_t k = draft_limit(s, s.want, cfg_.step_tokens);
     if (k <= 0) continue;
     ds.push_back(md), hs.push_back(s.history), ks.push_back(k), who.push_back(&s);
   }
@@ -298,20 +309,13 @@ bool Engine::step() {
       if (last > s.kv.length && last < s.kv.length + n) n = last - s.kv.length;
     }
     ensure_drafter(s);
-    // A decoding sequence may verify drafts in the same pass: no more than its budget, the
-    // tokens it may still emit and its context allow.
+    // A decoding sequence may verify drafts in the same pass.
     s.spec_in.clear();
     s.spec_asked = false;
-    // (Hybrid: each draft needs a slot for its rollback point, and no prefix-cache state may
-    // be pending.)
-    const bool state_ok =
-        !pool_->has_state() || (s.kv.restore < 0 && pool_->slots_available() > 0);
     Drafter* dr = drafter_ ? drafter_.get() : s.drafter.get();
-    if (dr && unfed == 1 && s.req.forced_output.empty() && state_ok) {
+    if (dr && may_draft(s)) {
       const int64_t want = s.ahead ? s.want : wanted_drafts(s, *dr);
-      const int64_t k = std::min({want, budget - 1, s.req.max_new_tokens - s.generated - 1,
-                                  max_context_ - int64_t(s.history.size()) - 1,
-                                  pool_->has_state() ? pool_->slots_available() : want});
+      const int64_t k = draft_limit(s, want, budget);
       if (k > 0) {
         std::vector<int32_t> d;
         const auto td = std::chrono::steady_clock::now();

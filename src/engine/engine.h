@@ -133,6 +133,8 @@ class Engine {
   void release_points(Seq& s);  // the rollback points' slots go back to the pool
   void ensure_drafter(Seq& s);  // draft:PATH, mtp, dspark: the sequence's drafter, made once
   int64_t wanted_drafts(Seq& s, const Drafter& dr);  // spec_tokens, or the policy's k
+  bool may_draft(const Seq& s) const;
+  int64_t draft_limit(const Seq& s, int64_t want, int64_t budget) const;
   void draft_together();  // draft:PATH: every decoding sequence's drafts in shared passes
   void finish(Seq& s, const std::string& reason, const std::string& error = "");
   void preempt_youngest();

@@ -515,31 +515,46 @@ void conversation(const std::string& label, const std::string& path, const std::
               std::to_string(cached.stats().spec_drafted) + " drafts accepted");
 }
 
+// A prompt that repeats itself (prompt lookup finds drafts in it): 3 × 12 tokens.
+std::vector<int32_t> looping_prompt(int64_t V) {
+  std::vector<int32_t> prompt;
+  for (int rep = 0; rep < 3; ++rep)
+    for (int i = 0; i < 12; ++i) prompt.push_back(int32_t((i * 37 + 5) % V));
+  return prompt;
+}
+
+// 120 tokens of `prompt` (ignoring EOS; temperature `temp`, seed 11), speculating with `d`
+// (null: plain) and up to `spec_tokens` drafts a pass, prefill chunks of `chunk` (0: whole).
+std::vector<int32_t> generate_tokens(Model& m, Backend& be, const std::vector<int32_t>& prompt,
+                                     Drafter* d, float temp, int64_t spec_tokens, int64_t chunk,
+                                     GenerateStats* st = nullptr) {
+  GenerateOptions o;
+  o.max_new_tokens = 120;
+  o.ignore_eos = true;
+  o.sampling.temperature = temp;
+  o.sampling.seed = 11;
+  o.drafter = d;
+  o.spec_tokens = spec_tokens;
+  o.prefill_chunk = chunk;
+  std::vector<int32_t> out;
+  const GenerateStats s = Generator(m, be).generate(prompt, o, [&](int32_t t) {
+    out.push_back(t);
+    return true;
+  });
+  if (st) *st = s;
+  return out;
+}
+
 // Speculative decoding on the GPU (docs/speculative.md): greedy and sampled output with n-gram
 // drafts, and greedy with the model as its own draft (every draft accepted: verification rows
-// bitwise equal to decode steps), equal plain decoding's; on a hybrid model too (state copied
-// and replayed on the device).
+// bitwise equal to decode steps), equal plain decoding's; on a hybrid model too (rolled back to
+// the kept rows' state on the device).
 void speculative(const std::string& label, const std::string& path) {
   auto m = model_load(path);
   auto gpu = cuda::make_cuda_backend({});
-  std::vector<int32_t> prompt;
-  for (int rep = 0; rep < 3; ++rep)
-    for (int i = 0; i < 12; ++i) prompt.push_back(int32_t((i * 37 + 5) % m->config().vocab));
+  const auto prompt = looping_prompt(m->config().vocab);
   auto gen = [&](Drafter* d, float temp, GenerateStats* st = nullptr) {
-    GenerateOptions o;
-    o.max_new_tokens = 120;
-    o.ignore_eos = true;
-    o.sampling.temperature = temp;
-    o.sampling.seed = 11;
-    o.drafter = d;
-    o.spec_tokens = 5;
-    std::vector<int32_t> out;
-    const GenerateStats s = Generator(*m, *gpu).generate(prompt, o, [&](int32_t t) {
-      out.push_back(t);
-      return true;
-    });
-    if (st) *st = s;
-    return out;
+    return generate_tokens(*m, *gpu, prompt, d, temp, 5, 0, st);
   };
   NgramDrafter ng;
   GenerateStats st;
@@ -675,25 +690,9 @@ void dspark(const std::string& label, const std::string& target, const std::stri
                   label.c_str(), eb, es, eh, (long long)agree, (long long)n);
     check(eb <= 5e-2 && es <= 5e-2 && eh <= 5e-2 && agree * 2 >= n, buf);
   }
-  std::vector<int32_t> prompt;
-  for (int rep = 0; rep < 3; ++rep)
-    for (int i = 0; i < 12; ++i) prompt.push_back(int32_t((i * 37 + 5) % V));
+  const auto prompt = looping_prompt(V);
   auto gen = [&](Drafter* d, float temp, int64_t chunk, GenerateStats* st = nullptr) {
-    GenerateOptions o;
-    o.max_new_tokens = 120;
-    o.ignore_eos = true;
-    o.sampling.temperature = temp;
-    o.sampling.seed = 11;
-    o.drafter = d;
-    o.spec_tokens = 8;
-    o.prefill_chunk = chunk;
-    std::vector<int32_t> out;
-    const GenerateStats s = Generator(*m, *gpu).generate(prompt, o, [&](int32_t t) {
-      out.push_back(t);
-      return true;
-    });
-    if (st) *st = s;
-    return out;
+    return generate_tokens(*m, *gpu, prompt, d, temp, 8, chunk, st);
   };
   const auto plain = gen(nullptr, 0.0f, 0), sampled = gen(nullptr, 0.8f, 0);
   for (int64_t chunk : {0, 7}) {
