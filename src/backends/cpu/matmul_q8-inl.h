@@ -7,7 +7,9 @@
 //
 //  - x86 (AVX2 and up, 256-bit): _mm256_maddubs_epi16 (u8 × s8 → adjacent pairs in i16) then
 //    _mm256_madd_epi16 by the sub-block scale (pairs of pairs in i32): lane m holds elements
-//    4m .. 4m+3, as qdot.h lays out. Signed codes (Q8_0, Q4_0) go through |w| and sign(x, w).
+//    4m .. 4m+3, as qdot.h lays out. Signed codes (Q8_0, Q4_0) go through |w| and sign(x, w);
+//    with AVX-512 VNNI (the AVX3_DL target) one _mm256_dpbusd_epi32 of |w| (u8) and
+//    sign(x, w) replaces maddubs + madd (same lane sums: integers, no saturation either way).
 //  - Arm64 (NEON): vmull_s8 products, vpaddlq_s16 then vpaddq_s32 pair them up the same way,
 //    a sub-block in two 4-lane halves.
 //  - Other targets: ref::q8_dot itself.
@@ -215,7 +217,7 @@ HWY_INLINE void Tile32(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w
                        int64_t ldy) {
   constexpr int kBytes = kType == DType::Q8_0 ? 34 : 18;
   const int64_t blocks = a.K / 32;
-  const __m256i ones = _mm256_set1_epi16(1);
+  [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);
   const int8_t* xq[R];
   const float* xd[R];
   for (int r = 0; r < R; ++r) xq[r] = a.row_q(t0 + r), xd[r] = a.row_d(t0 + r);
@@ -236,8 +238,13 @@ HWY_INLINE void Tile32(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[r] + blk * 32));
       const __m256 dx = _mm256_broadcast_ss(xd[r] + blk);
       for (int c = 0; c < C; ++c) {
+#if HWY_TARGET <= HWY_AVX3_DL  // VNNI: the 4-element lane sums in one instruction, no i16 step
+        const __m256i p =
+            _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw[c], _mm256_sign_epi8(xv, wv[c]));
+#else
         const __m256i p = _mm256_madd_epi16(
             _mm256_maddubs_epi16(aw[c], _mm256_sign_epi8(xv, wv[c])), ones);
+#endif
         // dw · dx in every lane: the same float product as the scalar one, one vector multiply
         acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dw[c], dx), _mm256_cvtepi32_ps(p), acc[r][c]);
       }
