@@ -9,7 +9,8 @@
 //    _mm256_madd_epi16 by the sub-block scale (pairs of pairs in i32): lane m holds elements
 //    4m .. 4m+3, as qdot.h lays out. Signed codes (Q8_0, Q4_0) go through |w| and sign(x, w);
 //    with AVX-512 VNNI (the AVX3_DL target) one _mm256_dpbusd_epi32 of |w| (u8) and
-//    sign(x, w) replaces maddubs + madd (same lane sums: integers, no saturation either way).
+//    sign(x, w) replaces maddubs + madd, and the K types fold madd + add into one
+//    _mm256_dpwssd_epi32 (same lane sums: integers, no saturation either way).
 //  - Arm64 (NEON): vmull_s8 products, vpaddlq_s16 then vpaddq_s32 pair them up the same way,
 //    a sub-block in two 4-lane halves.
 //  - Other targets: ref::q8_dot itself.
@@ -173,8 +174,12 @@ HWY_INLINE void TileK(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w,
         for (int r = 0; r < R; ++r) {
           const __m256i xv =
               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[r] + blk * 256 + 32 * j));
+#if HWY_TARGET <= HWY_AVX3_DL  // VNNI: vpdpwssd = vpmaddwd + the add, in one instruction
+          isum[r][c] = _mm256_dpwssd_epi32(isum[r][c], _mm256_maddubs_epi16(wv, xv), sv);
+#else
           isum[r][c] =
               _mm256_add_epi32(isum[r][c], _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), sv));
+#endif
         }
       }
     }
