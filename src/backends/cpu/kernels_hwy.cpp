@@ -388,11 +388,49 @@ HWY_INLINE void WeightedRowsChunk(const float* w, int64_t n, ValueRow vrow, int6
 // `scale`; softmax with the maximum, exp (Highway's, lane-wise) and the sum in key order; then
 // Σ_j p_j·vscale_j·v_j in key order and one multiplication by 1/sum. Nothing depends on which
 // other rows share the pass.
+// AttendRow for a head dim of exactly N lanes narrower than the target's vectors (stories260K's
+// 8 under AVX-512, where the full-width path found no whole vector and ran every dot and every
+// value element as scalar tails): each score is one N-lane product summed across its lanes
+// (SumOfLanes), and Σ_j p_j·vscale_j·v_j runs as one N-lane fma chain in key order, then × 1/sum.
+// The softmax is AttendRow's. A fixed schedule per (row, head), whatever the pass.
+template <int N, class KeyRow, class ValueRow, class KScale, class VScale>
+HWY_INLINE void AttendRowNarrow(const float* q, int64_t n, float scale, KeyRow krow, ValueRow vrow,
+                                KScale kscale, VScale vscale, float* s, float* o) {
+  const hn::CappedTag<float, N> dn;
+  const auto vq = hn::LoadU(dn, q);
+  for (int64_t j = 0; j < n; ++j)
+    s[j] = hn::GetLane(hn::SumOfLanes(dn, hn::Mul(vq, hn::LoadU(dn, krow(j))))) * kscale(j) * scale;
+  float m = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) m = std::max(m, s[j]);
+  const DF d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  const auto vm = hn::Set(d, m);
+  int64_t j = 0;
+  for (; j + L <= n; j += L) hn::StoreU(hn::Exp(d, hn::Sub(hn::LoadU(d, s + j), vm)), d, s + j);
+  if (j < n) {
+    HWY_ALIGN float part[64];
+    for (int64_t i = 0; i < L; ++i) part[i] = j + i < n ? s[j + i] : m;
+    hn::Store(hn::Exp(d, hn::Sub(hn::Load(d, part), vm)), d, part);
+    for (int64_t i = 0; j + i < n; ++i) s[j + i] = part[i];
+  }
+  float sum = 0.0f;
+  auto acc = hn::Zero(dn);
+  for (j = 0; j < n; ++j) {
+    sum += s[j];
+    acc = hn::MulAdd(hn::Set(dn, s[j] * vscale(j)), hn::LoadU(dn, vrow(j)), acc);
+  }
+  hn::StoreU(hn::Mul(acc, hn::Set(dn, 1.0f / sum)), dn, o);
+}
+
 template <class KeyRow, class ValueRow, class KScale, class VScale>
 HWY_INLINE void AttendRow(const float* q, int64_t D, int64_t n, float scale, KeyRow krow,
                           ValueRow vrow, KScale kscale, VScale vscale, float* s, float* o) {
   const DF d;
   const int64_t L = int64_t(hn::Lanes(d));
+  if (D < L && (D == 8 || D == 4)) {
+    if (D == 8) return AttendRowNarrow<8>(q, n, scale, krow, vrow, kscale, vscale, s, o);
+    return AttendRowNarrow<4>(q, n, scale, krow, vrow, kscale, vscale, s, o);
+  }
   constexpr int kC = 6;
   int64_t j = 0;
   auto scores = [&](auto keys) {  // keys j .. j + C - 1 as one 1 × C tile
