@@ -388,22 +388,13 @@ HWY_INLINE void WeightedRowsChunk(const float* w, int64_t n, ValueRow vrow, int6
 // `scale`; softmax with the maximum, exp (Highway's, lane-wise) and the sum in key order; then
 // Σ_j p_j·vscale_j·v_j in key order and one multiplication by 1/sum. Nothing depends on which
 // other rows share the pass.
-// AttendRow for a head dim of exactly N lanes narrower than the target's vectors (stories260K's
-// 8 under AVX-512, where the full-width path found no whole vector and ran every dot and every
-// value element as scalar tails): each score is one N-lane product summed across its lanes
-// (SumOfLanes), and Σ_j p_j·vscale_j·v_j runs as one N-lane fma chain in key order, then × 1/sum.
-// The softmax is AttendRow's. A fixed schedule per (row, head), whatever the pass.
-template <int N, class KeyRow, class ValueRow, class KScale, class VScale>
-HWY_INLINE void AttendRowNarrow(const float* q, int64_t n, float scale, KeyRow krow, ValueRow vrow,
-                                KScale kscale, VScale vscale, float* s, float* o) {
-  const hn::CappedTag<float, N> dn;
-  const auto vq = hn::LoadU(dn, q);
-  for (int64_t j = 0; j < n; ++j)
-    s[j] = hn::GetLane(hn::SumOfLanes(dn, hn::Mul(vq, hn::LoadU(dn, krow(j))))) * kscale(j) * scale;
-  float m = -INFINITY;
-  for (int64_t j = 0; j < n; ++j) m = std::max(m, s[j]);
+// s[j] = exp(s[j] - max s) for j < n: Highway's lane-wise exp, the last lanes through the same
+// vector function.
+HWY_INLINE void ExpMinusMax(float* s, int64_t n) {
   const DF d;
   const int64_t L = int64_t(hn::Lanes(d));
+  float m = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) m = std::max(m, s[j]);
   const auto vm = hn::Set(d, m);
   int64_t j = 0;
   for (; j + L <= n; j += L) hn::StoreU(hn::Exp(d, hn::Sub(hn::LoadU(d, s + j), vm)), d, s + j);
@@ -413,9 +404,24 @@ HWY_INLINE void AttendRowNarrow(const float* q, int64_t n, float scale, KeyRow k
     hn::Store(hn::Exp(d, hn::Sub(hn::Load(d, part), vm)), d, part);
     for (int64_t i = 0; j + i < n; ++i) s[j + i] = part[i];
   }
+}
+
+// AttendRow for a head dim of exactly N lanes narrower than the target's vectors (stories260K's
+// 8 under AVX-512, where the full-width path found no whole vector and ran every dot and every
+// value element as scalar tails): each score is one N-lane product summed across its lanes
+// (SumOfLanes), and Σ_j p_j·vscale_j·v_j runs as one N-lane fma chain in key order, then × 1/sum.
+// The softmax is AttendRow's (ExpMinusMax). A fixed schedule per (row, head), whatever the pass.
+template <int N, class KeyRow, class ValueRow, class KScale, class VScale>
+HWY_INLINE void AttendRowNarrow(const float* q, int64_t n, float scale, KeyRow krow, ValueRow vrow,
+                                KScale kscale, VScale vscale, float* s, float* o) {
+  const hn::CappedTag<float, N> dn;
+  const auto vq = hn::LoadU(dn, q);
+  for (int64_t j = 0; j < n; ++j)
+    s[j] = hn::GetLane(hn::SumOfLanes(dn, hn::Mul(vq, hn::LoadU(dn, krow(j))))) * kscale(j) * scale;
+  ExpMinusMax(s, n);
   float sum = 0.0f;
   auto acc = hn::Zero(dn);
-  for (j = 0; j < n; ++j) {
+  for (int64_t j = 0; j < n; ++j) {
     sum += s[j];
     acc = hn::MulAdd(hn::Set(dn, s[j] * vscale(j)), hn::LoadU(dn, vrow(j)), acc);
   }
@@ -443,16 +449,7 @@ HWY_INLINE void AttendRow(const float* q, int64_t D, int64_t n, float scale, Key
   };
   for (; j + kC <= n; j += kC) scores(std::integral_constant<int, kC>());
   WithCount<kC - 1>(n - j, scores);
-  float m = -INFINITY;
-  for (j = 0; j < n; ++j) m = std::max(m, s[j]);
-  const auto vm = hn::Set(d, m);
-  for (j = 0; j + L <= n; j += L) hn::StoreU(hn::Exp(d, hn::Sub(hn::LoadU(d, s + j), vm)), d, s + j);
-  if (j < n) {  // the last lanes through the same vector function
-    HWY_ALIGN float part[64];
-    for (int64_t i = 0; i < L; ++i) part[i] = j + i < n ? s[j + i] : m;
-    hn::Store(hn::Exp(d, hn::Sub(hn::Load(d, part), vm)), d, part);
-    for (int64_t i = 0; j + i < n; ++i) s[j + i] = part[i];
-  }
+  ExpMinusMax(s, n);
   float sum = 0.0f;
   for (j = 0; j < n; ++j) {
     sum += s[j];
