@@ -47,9 +47,7 @@ std::vector<int32_t> ModelDrafter::draft(std::span<const int32_t> h, int64_t k) 
   if (!pool_->has_state()) {
     keep = keep_for(h);
   } else {
-    int64_t same = 0;  // the prefix the cache shares with the history
-    while (same < seq_.length && same < L && seq_.tokens[size_t(same)] == h[size_t(same)]) ++same;
-    if (snap_ > 0 && snap_ < L && same >= snap_) {
+    if (snap_ > 0 && snap_ < L && shared_prefix(h) >= snap_) {
       // A recurrent state has no per-position history: it goes back to the copy taken after
       // the last call's history (the proposals ran after it), and the text since runs again.
       keep = snap_;
@@ -78,11 +76,15 @@ std::vector<int32_t> ModelDrafter::draft(std::span<const int32_t> h, int64_t k) 
   return d;
 }
 
-int64_t ModelDrafter::keep_for(std::span<const int32_t> h) {
+int64_t ModelDrafter::shared_prefix(std::span<const int32_t> h) const {
   const int64_t L = int64_t(h.size());
-  int64_t same = 0;  // the prefix the cache shares with the history
+  int64_t same = 0;
   while (same < seq_.length && same < L && seq_.tokens[size_t(same)] == h[size_t(same)]) ++same;
-  const int64_t keep = std::min(same, L - 1);
+  return same;
+}
+
+int64_t ModelDrafter::keep_for(std::span<const int32_t> h) {
+  const int64_t keep = std::min(shared_prefix(h), int64_t(h.size()) - 1);
   pool_->truncate(seq_, keep);
   return keep;
 }

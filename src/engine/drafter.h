@@ -119,6 +119,8 @@ class ModelDrafter final : public Drafter {
   // The prefix to keep of the drafter's KV for `h` (the shared prefix less one token: the last
   // token runs again so its logits are at hand), truncated to it.
   int64_t keep_for(std::span<const int32_t> h);
+  // The length of the prefix the drafter's KV shares with `h`.
+  int64_t shared_prefix(std::span<const int32_t> h) const;
   std::shared_ptr<Model> m_;
   Backend& be_;
   std::shared_ptr<KvPool> pool_;

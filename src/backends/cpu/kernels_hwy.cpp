@@ -382,12 +382,6 @@ HWY_INLINE void WeightedRowsChunk(const float* w, int64_t n, ValueRow vrow, int6
   for (int u = 0; u < NV; ++u) hn::StoreU(hn::Mul(acc[u], iv), d, o + off + u * L);
 }
 
-// One (query row, head) of CpuBackend::attention over keys 0..n-1 (rows through krow/vrow,
-// their scales through kscale/vscale: 1 for an f32 cache, exact). Scores: dot products with the
-// matmul schedule (Tile, 1 × 6: one accumulator each, six chains), times the key's scale, times
-// `scale`; softmax with the maximum, exp (Highway's, lane-wise) and the sum in key order; then
-// Σ_j p_j·vscale_j·v_j in key order and one multiplication by 1/sum. Nothing depends on which
-// other rows share the pass.
 // s[j] = exp(s[j] - max s) for j < n: Highway's lane-wise exp, the last lanes through the same
 // vector function.
 HWY_INLINE void ExpMinusMax(float* s, int64_t n) {
@@ -428,6 +422,12 @@ HWY_INLINE void AttendRowNarrow(const float* q, int64_t n, float scale, KeyRow k
   hn::StoreU(hn::Mul(acc, hn::Set(dn, 1.0f / sum)), dn, o);
 }
 
+// One (query row, head) of CpuBackend::attention over keys 0..n-1 (rows through krow/vrow,
+// their scales through kscale/vscale: 1 for an f32 cache, exact). Scores: dot products with the
+// matmul schedule (Tile, 1 × 6: one accumulator each, six chains), times the key's scale, times
+// `scale`; softmax with the maximum, exp (Highway's, lane-wise) and the sum in key order; then
+// Σ_j p_j·vscale_j·v_j in key order and one multiplication by 1/sum. Nothing depends on which
+// other rows share the pass.
 template <class KeyRow, class ValueRow, class KScale, class VScale>
 HWY_INLINE void AttendRow(const float* q, int64_t D, int64_t n, float scale, KeyRow krow,
                           ValueRow vrow, KScale kscale, VScale vscale, float* s, float* o) {
