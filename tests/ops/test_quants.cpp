@@ -326,7 +326,7 @@ TEST(QuantMatmulTargets, EveryTargetDecodesExactly) {
           ASSERT_EQ(y[size_t(k * N + n)], want.data[size_t(n * K + k)])
               << hwy::TargetName(target) << " " << dtype_name(t) << " n=" << n << " k=" << k;
 
-      const int64_t T = 7, NN = 33, KK = 512;
+      const int64_t T = 13, NN = 33, KK = 512;  // 8-, 4- and 1-row tiles; column pairs and a single
       const auto x = randn(size_t(T * KK), 21);
       QuantWeight w(t, NN, KK, 22);
       std::vector<float> r(size_t(T * NN)), c(size_t(T * NN));

@@ -18,6 +18,7 @@
 #include "ops/ref/scaled.h"
 
 HWY_BEFORE_NAMESPACE();
+BASALT_Q8_VNNI_TARGET()  // matmul_q8-inl.h
 namespace basalt::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;

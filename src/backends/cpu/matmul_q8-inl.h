@@ -5,17 +5,22 @@
 // consecutive elements per 32) and its float steps (one fma per lane per block, the 8-lane
 // tree, the min term in a scalar fma). Results equal ref::q8_dot bit for bit.
 //
-//  - x86 (AVX2 and up, 256-bit): _mm256_maddubs_epi16 (u8 × s8 → adjacent pairs in i16) then
-//    _mm256_madd_epi16 by the sub-block scale (pairs of pairs in i32): lane m holds elements
-//    4m .. 4m+3, as qdot.h lays out. Signed codes (Q8_0, Q4_0) go through |w| and sign(x, w);
-//    with AVX-512 VNNI (the AVX3_DL target) one _mm256_dpbusd_epi32 of |w| (u8) and
-//    sign(x, w) replaces maddubs + madd, and the K types fold madd + add into one
-//    _mm256_dpwssd_epi32 (same lane sums: integers, no saturation either way).
+//  - x86, AVX2: _mm256_maddubs_epi16 (u8 × s8 → adjacent pairs in i16) then _mm256_madd_epi16
+//    by the sub-block scale (pairs of pairs in i32): lane m holds elements 4m .. 4m+3, as
+//    qdot.h lays out. Signed codes (Q8_0, Q4_0) go through |w| and sign(x, w).
+//  - x86, AVX-512 (AVX3 and up): the same steps on 512-bit vectors holding two weight rows side
+//    by side (row c in the low 256 bits, c+1 in the high, the activation sub-block in both), so
+//    each half's lanes are that row's lanes above and the float steps run for both rows in
+//    one instruction. With VNNI (AVX3_DL) vpdpbusd replaces maddubs + madd for the signed
+//    codes and the K types fold madd + add into vpdpwssd (the same integer sums: no
+//    saturation either way). A single row against one weight row (decode, where memory is
+//    the limit) takes, for the K types, 512-bit vectors holding two sub-blocks of the row,
+//    added as integers at the end of the block; for Q8_0 / Q4_0, the AVX2 code.
 //  - Arm64 (NEON): vmull_s8 products, vpaddlq_s16 then vpaddq_s32 pair them up the same way,
 //    a sub-block in two 4-lane halves.
 //  - Other targets: ref::q8_dot itself.
-// Tiles: 4 activation rows × 1 weight row (prefill; Q8_0 / Q4_0: 4 × 2) or 1 × 1 (decode,
-// and leftover rows), in groups of 4 weight rows that share each tile of activation rows.
+// Tiles: 8 (AVX-512) or 4 activation rows × 2 weight rows (AVX2 K types: × 1), then single
+// rows × 1 weight row, in groups of 4 weight rows that share each tile of activation rows.
 
 // Highway's per-target include guard idiom.
 #if defined(BASALT_MATMUL_Q8_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -48,7 +53,24 @@
 #include <arm_neon.h>
 #endif
 
+// AVX-512 VNNI. Highway's AVX3_DL target runs on every CPU with AVX512_VNNI (Ice Lake, Zen 4
+// and later) but its compiler target string names only the VEX "avxvnni" (Alder Lake, Zen 5),
+// so the 256-bit intrinsics it allows would be VEX instructions that Zen 4 and Ice Lake do not
+// have. BASALT_Q8_VNNI adds avx512vnni (EVEX) to this pass, and kernels_hwy.cpp adds it to the
+// functions that inline these (BASALT_Q8_VNNI_TARGET after each HWY_BEFORE_NAMESPACE). Only
+// 512-bit forms are used, which exist only as EVEX. GCC only: elsewhere the multiply-adds
+// take the two-instruction form (same integers).
+#undef BASALT_Q8_VNNI
+#undef BASALT_Q8_VNNI_TARGET
+#if BASALT_Q8_X86 && HWY_TARGET <= HWY_AVX3_DL && defined(__GNUC__) && !defined(__clang__)
+#define BASALT_Q8_VNNI 1
+#define BASALT_Q8_VNNI_TARGET() _Pragma("GCC target(\"avx512vnni\")")
+#else
+#define BASALT_Q8_VNNI_TARGET()
+#endif
+
 HWY_BEFORE_NAMESPACE();
+BASALT_Q8_VNNI_TARGET()
 namespace basalt::cpu {
 namespace HWY_NAMESPACE {
 namespace q8 {
@@ -174,12 +196,8 @@ HWY_INLINE void TileK(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w,
         for (int r = 0; r < R; ++r) {
           const __m256i xv =
               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[r] + blk * 256 + 32 * j));
-#if HWY_TARGET <= HWY_AVX3_DL  // VNNI: vpdpwssd = vpmaddwd + the add, in one instruction
-          isum[r][c] = _mm256_dpwssd_epi32(isum[r][c], _mm256_maddubs_epi16(wv, xv), sv);
-#else
           isum[r][c] =
               _mm256_add_epi32(isum[r][c], _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), sv));
-#endif
         }
       }
     }
@@ -204,6 +222,222 @@ HWY_INLINE void TileK(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w,
     }
 }
 
+#if HWY_TARGET <= HWY_AVX3
+// 512-bit (AVX-512 targets): sub-blocks 2k and 2k+1 side by side, 2k in the low 256 bits.
+// Both multiply steps then run on whole vectors (on Zen 5 and Intel's AVX-512 cores, twice the
+// work of a 256-bit instruction), and the two halves are added, as integers, once per block:
+// lane l gets Σ_j sc(j) · P(j, l) over all 8 sub-blocks, the same I(l) as the 256-bit tile.
+struct KBlock512 {
+  const uint8_t* b;
+  float d, dmin;
+  __m512i sc;    // i16 scales in lanes 0..7 (Q4_K / Q5_K) or 0..15 (Q6_K)
+  __m256i mins;  // as KBlockX::mins
+};
+template <DType kType>
+HWY_INLINE void PrepareK512(const uint8_t* b, KBlock512& k) {
+  k.b = b;
+  if constexpr (kType == DType::Q6_K) {
+    k.d = F16x(b + 208), k.dmin = 0.0f;
+    const __m256i s16 =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)));
+    k.sc = _mm512_castsi256_si512(s16);
+    k.mins = s16;
+  } else {
+    k.d = F16x(b), k.dmin = F16x(b + 2);
+    alignas(16) uint8_t sc[16], m[16];
+    KScales(b + 4, sc, m);
+    const __m128i s8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc));
+    const __m128i m8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(m));
+    k.sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(s8));
+    k.mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+  }
+}
+// Codes of sub-blocks 2k (low half) and 2k+1 (high half) as unsigned bytes.
+template <DType kType>
+HWY_INLINE __m512i PairCodes(const KBlock512& k, int p) {
+  if constexpr (kType == DType::Q4_K) {  // one 32-byte load: low nibbles 2k, high nibbles 2k+1
+    const __m512i v = _mm512_broadcast_i64x4(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k.b + 16 + 32 * p)));
+    return _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xffff0000u, v, 4), _mm512_set1_epi8(0x0f));
+  } else {
+    const KBlockX kx{k.b, 0.0f, 0.0f, {}, {}, {}};
+    return _mm512_inserti64x4(_mm512_castsi256_si512(SubCodes<kType>(kx, 2 * p)),
+                              SubCodes<kType>(kx, 2 * p + 1), 1);
+  }
+}
+// The scale of each i16 lane of PairCodes' maddubs products (lane i: elements 2i, 2i+1).
+template <DType kType>
+HWY_INLINE __m512i PairScale(const KBlock512& k, int p) {
+  if constexpr (kType == DType::Q6_K) {  // 16 elements per scale: lanes 8i .. 8i+7 take 4p + i
+    const __m512i idx = _mm512_add_epi16(
+        _mm512_set1_epi16(int16_t(4 * p)),
+        _mm512_set_epi64(0x0003000300030003, 0x0003000300030003, 0x0002000200020002,
+                         0x0002000200020002, 0x0001000100010001, 0x0001000100010001, 0, 0));
+    return _mm512_permutexvar_epi16(idx, k.sc);
+  } else {  // one scale per sub-block
+    const __m512i idx =
+        _mm512_mask_set1_epi16(_mm512_set1_epi16(int16_t(2 * p)), 0xffff0000u, int16_t(2 * p + 1));
+    return _mm512_permutexvar_epi16(idx, k.sc);
+  }
+}
+
+// Two weight rows (columns c, c+1) side by side: sub-block j of column c in the low 256 bits,
+// of column c+1 in the high 256 bits, against sub-block j of the activation row in both halves.
+// Each half's lanes then hold that column's I(l) and the per-block float steps run on both
+// columns at once (lanes 0..7: c, 8..15: c+1), the same fmas per lane as the 256-bit tile.
+struct KPair512 {
+  const uint8_t* b[2];
+  __m512 d, dmin;  // d (dmin) of c in lanes 0..7, of c+1 in 8..15
+  __m512i sc;      // i16 scales: c's in lanes 0..15 (Q4_K / Q5_K: 0..7), c+1's from lane 16
+  __m512i mins;    // KBlockX::mins of c, then of c+1
+};
+template <DType kType>
+HWY_INLINE void PrepareKPair(const uint8_t* b0, const uint8_t* b1, KPair512& k) {
+  KBlockX x[2];
+  k.b[0] = b0, k.b[1] = b1;
+  PrepareKX<kType>(b0, x[0]), PrepareKX<kType>(b1, x[1]);
+  k.d = _mm512_insertf32x8(_mm512_set1_ps(x[0].d), _mm256_set1_ps(x[1].d), 1);
+  k.dmin = _mm512_insertf32x8(_mm512_set1_ps(x[0].dmin), _mm256_set1_ps(x[1].dmin), 1);
+  k.mins = _mm512_inserti64x4(_mm512_castsi256_si512(x[0].mins), x[1].mins, 1);
+  if constexpr (kType == DType::Q6_K)  // x.mins is the 16 scales as i16
+    k.sc = k.mins;
+  else  // sc_lo holds the 8 scales in each 128-bit half
+    k.sc = _mm512_inserti64x4(_mm512_castsi256_si512(x[0].sc_lo), x[1].sc_lo, 1);
+}
+// Sub-block j's codes of both columns.
+template <DType kType>
+HWY_INLINE __m512i PairColCodes(const KPair512& k, int j) {
+  if constexpr (kType == DType::Q4_K) {
+    const int o = 16 + 32 * (j / 2);
+    const __m512i v = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(k.b[0] + o))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k.b[1] + o)), 1);
+    return _mm512_and_si512(j & 1 ? _mm512_srli_epi16(v, 4) : v, _mm512_set1_epi8(0x0f));
+  } else {
+    const KBlockX x0{k.b[0], 0.0f, 0.0f, {}, {}, {}}, x1{k.b[1], 0.0f, 0.0f, {}, {}, {}};
+    return _mm512_inserti64x4(_mm512_castsi256_si512(SubCodes<kType>(x0, j)),
+                              SubCodes<kType>(x1, j), 1);
+  }
+}
+// The scale of each i16 lane of PairColCodes' maddubs products.
+template <DType kType>
+HWY_INLINE __m512i PairColScale(const KPair512& k, int j) {
+  if constexpr (kType == DType::Q6_K) {  // lanes 0..7: scale 2j, 8..15: 2j+1, then c+1's
+    const __m512i idx = _mm512_add_epi16(
+        _mm512_set1_epi16(int16_t(2 * j)),
+        _mm512_set_epi64(0x0011001100110011, 0x0011001100110011, 0x0010001000100010,
+                         0x0010001000100010, 0x0001000100010001, 0x0001000100010001, 0, 0));
+    return _mm512_permutexvar_epi16(idx, k.sc);
+  } else {  // scale j of c (lane j of the low 128 bits), of c+1 (lane j + 16)
+    return _mm512_shuffle_epi8(k.sc, _mm512_set1_epi16(int16_t(((2 * j + 1) << 8) | (2 * j))));
+  }
+}
+
+template <int R, DType kType>
+HWY_INLINE void TileK512x2(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w, float* y,
+                           int64_t ldy) {
+  constexpr int kBytes = kType == DType::Q4_K ? 144 : kType == DType::Q5_K ? 176 : 210;
+  const int64_t blocks = a.K / 256;
+  const int8_t* xq[R];
+  const float* xd[R];
+  const int16_t* xs[R];
+  for (int r = 0; r < R; ++r)
+    xq[r] = a.row_q(t0 + r), xd[r] = a.row_d(t0 + r), xs[r] = a.row_s16(t0 + r);
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const uint8_t* b0 = w[0] + blk * kBytes;
+    const uint8_t* b1 = w[1] + blk * kBytes;
+    for (int o = 0; o < kBytes; o += 64) hwy::Prefetch(b0 + 2048 + o), hwy::Prefetch(b1 + 2048 + o);
+    KPair512 kp;
+    PrepareKPair<kType>(b0, b1, kp);
+    __m512i isum[R];
+    for (int r = 0; r < R; ++r) isum[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      const __m512i wv = PairColCodes<kType>(kp, j), sv = PairColScale<kType>(kp, j);
+      for (int r = 0; r < R; ++r) {
+        const __m512i xv = _mm512_broadcast_i64x4(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[r] + blk * 256 + 32 * j)));
+#if BASALT_Q8_VNNI
+        isum[r] = _mm512_dpwssd_epi32(isum[r], _mm512_maddubs_epi16(wv, xv), sv);
+#else
+        isum[r] = _mm512_add_epi32(isum[r], _mm512_madd_epi16(_mm512_maddubs_epi16(wv, xv), sv));
+#endif
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m512 dxv = _mm512_set1_ps(xd[r][blk]);
+      const __m512 sv = _mm512_mul_ps(kp.d, dxv);
+      acc[r] = _mm512_fmadd_ps(sv, _mm512_cvtepi32_ps(isum[r]), acc[r]);
+      __m512i M = _mm512_madd_epi16(
+          kp.mins, _mm512_broadcast_i64x4(
+                       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[r] + blk * 16))));
+      if constexpr (kType == DType::Q6_K) M = _mm512_slli_epi32(M, 5);
+      const __m512 sm = kType == DType::Q6_K ? sv : _mm512_mul_ps(kp.dmin, dxv);
+      acc[r] = _mm512_fnmadd_ps(sm, _mm512_cvtepi32_ps(M), acc[r]);  // fma(−sm, M, acc)
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    alignas(64) float l[16];
+    _mm512_store_ps(l, acc[r]);
+    y[r * ldy] = ref::q8_tree8(l);
+    y[r * ldy + 1] = ref::q8_tree8(l + 8);
+  }
+}
+
+template <int R, DType kType>
+HWY_INLINE void TileK512(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w, float* y,
+                         int64_t ldy) {
+  constexpr int kBytes = kType == DType::Q4_K ? 144 : kType == DType::Q5_K ? 176 : 210;
+  const int64_t blocks = a.K / 256;
+  const int8_t* xq[R];
+  const float* xd[R];
+  const int16_t* xs[R];
+  for (int r = 0; r < R; ++r)
+    xq[r] = a.row_q(t0 + r), xd[r] = a.row_d(t0 + r), xs[r] = a.row_s16(t0 + r);
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const uint8_t* b = w[0] + blk * kBytes;
+    for (int o = 0; o < kBytes; o += 64) hwy::Prefetch(b + 2048 + o);
+    KBlock512 kb;
+    PrepareK512<kType>(b, kb);
+    __m512i isum[R];
+    for (int r = 0; r < R; ++r) isum[r] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) {
+      const __m512i wv = PairCodes<kType>(kb, p), sv = PairScale<kType>(kb, p);
+      for (int r = 0; r < R; ++r) {
+        const __m512i xv = _mm512_loadu_si512(xq[r] + blk * 256 + 64 * p);
+#if BASALT_Q8_VNNI
+        isum[r] = _mm512_dpwssd_epi32(isum[r], _mm512_maddubs_epi16(wv, xv), sv);
+#else
+        isum[r] = _mm512_add_epi32(isum[r], _mm512_madd_epi16(_mm512_maddubs_epi16(wv, xv), sv));
+#endif
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const float dx = xd[r][blk];
+      const __m256i s16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[r] + blk * 16));
+      const __m256i I =
+          _mm256_add_epi32(_mm512_castsi512_si256(isum[r]), _mm512_extracti64x4_epi64(isum[r], 1));
+      const float s = kb.d * dx;
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(s), _mm256_cvtepi32_ps(I), acc[r]);
+      __m256i M = _mm256_madd_epi16(kb.mins, s16);
+      if constexpr (kType == DType::Q6_K) M = _mm256_slli_epi32(M, 5);
+      const float sm = kType == DType::Q6_K ? s : kb.dmin * dx;
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(-sm), _mm256_cvtepi32_ps(M), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    alignas(32) float l[8];
+    _mm256_store_ps(l, acc[r]);
+    y[r * ldy] = ref::q8_tree8(l);
+  }
+}
+#endif
+
 // Signed codes of a 32-element block.
 template <DType kType>
 HWY_INLINE __m256i Codes32(const uint8_t* b) {
@@ -222,7 +456,7 @@ HWY_INLINE void Tile32(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w
                        int64_t ldy) {
   constexpr int kBytes = kType == DType::Q8_0 ? 34 : 18;
   const int64_t blocks = a.K / 32;
-  [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i ones = _mm256_set1_epi16(1);
   const int8_t* xq[R];
   const float* xd[R];
   for (int r = 0; r < R; ++r) xq[r] = a.row_q(t0 + r), xd[r] = a.row_d(t0 + r);
@@ -243,13 +477,8 @@ HWY_INLINE void Tile32(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[r] + blk * 32));
       const __m256 dx = _mm256_broadcast_ss(xd[r] + blk);
       for (int c = 0; c < C; ++c) {
-#if HWY_TARGET <= HWY_AVX3_DL  // VNNI: the 4-element lane sums in one instruction, no i16 step
         const __m256i p =
-            _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw[c], _mm256_sign_epi8(xv, wv[c]));
-#else
-        const __m256i p = _mm256_madd_epi16(
-            _mm256_maddubs_epi16(aw[c], _mm256_sign_epi8(xv, wv[c])), ones);
-#endif
+            _mm256_madd_epi16(_mm256_maddubs_epi16(aw[c], _mm256_sign_epi8(xv, wv[c])), ones);
         // dw · dx in every lane: the same float product as the scalar one, one vector multiply
         acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dw[c], dx), _mm256_cvtepi32_ps(p), acc[r][c]);
       }
@@ -262,6 +491,53 @@ HWY_INLINE void Tile32(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w
       y[r * ldy + c] = ref::q8_tree8(l);
     }
 }
+
+#if HWY_TARGET <= HWY_AVX3
+// 32-element blocks, 512-bit: block b of column c in the low 256 bits, of c+1 in the high,
+// against block b of the activation row in both halves. AVX-512 has no vpsignb: sign(x, w)
+// is x with the lanes where w < 0 negated (x ≠ −128, so the negation is exact).
+template <int R, DType kType>
+HWY_INLINE void Tile32x2(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w, float* y,
+                         int64_t ldy) {
+  constexpr int kBytes = kType == DType::Q8_0 ? 34 : 18;
+  const int64_t blocks = a.K / 32;
+  const int8_t* xq[R];
+  const float* xd[R];
+  for (int r = 0; r < R; ++r) xq[r] = a.row_q(t0 + r), xd[r] = a.row_d(t0 + r);
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  const __m512i zero = _mm512_setzero_si512();
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const uint8_t* b0 = w[0] + blk * kBytes;
+    const uint8_t* b1 = w[1] + blk * kBytes;
+    if (blk % 2 == 0) hwy::Prefetch(b0 + 1024), hwy::Prefetch(b1 + 1024);
+    const __m512 dw = _mm512_insertf32x8(_mm512_set1_ps(F16x(b0)), _mm256_set1_ps(F16x(b1)), 1);
+    const __m512i wv =
+        _mm512_inserti64x4(_mm512_castsi256_si512(Codes32<kType>(b0)), Codes32<kType>(b1), 1);
+    const __m512i aw = _mm512_abs_epi8(wv);  // |w| (−128 reads as 128 unsigned)
+    const __mmask64 neg = _mm512_movepi8_mask(wv);
+    for (int r = 0; r < R; ++r) {
+      const __m512i xv = _mm512_broadcast_i64x4(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[r] + blk * 32)));
+      const __m512i sx = _mm512_mask_sub_epi8(xv, neg, zero, xv);
+#if BASALT_Q8_VNNI  // the 4-element lane sums in one instruction
+      const __m512i p = _mm512_dpbusd_epi32(zero, aw, sx);
+#else
+      const __m512i p = _mm512_madd_epi16(_mm512_maddubs_epi16(aw, sx), _mm512_set1_epi16(1));
+#endif
+      // dw · dx in every lane: the same float product as the scalar one
+      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(xd[r][blk])), _mm512_cvtepi32_ps(p),
+                               acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    alignas(64) float l[16];
+    _mm512_store_ps(l, acc[r]);
+    y[r * ldy] = ref::q8_tree8(l);
+    y[r * ldy + 1] = ref::q8_tree8(l + 8);
+  }
+}
+#endif
 
 #elif BASALT_Q8_NEON
 // ---------------------------------------------------------------- Arm64 NEON
@@ -437,24 +713,46 @@ HWY_INLINE void MatmulQ8T(const ref::Q8Acts& a, int64_t t0, int64_t t1, const We
 #if BASALT_Q8_X86 || BASALT_Q8_NEON
   constexpr bool k256 = kType == DType::Q4_K || kType == DType::Q5_K || kType == DType::Q6_K;
   auto tile = [&]<int R, int C>(int64_t t, const uint8_t* const* rows, float* yt) {
+#if BASALT_Q8_X86 && HWY_TARGET <= HWY_AVX3
+    if constexpr (k256 && C == 2)
+      TileK512x2<R, kType>(a, t, rows, yt, ldy);
+    else if constexpr (k256)
+      TileK512<R, kType>(a, t, rows, yt, ldy);
+    else if constexpr (C == 2)
+      Tile32x2<R, kType>(a, t, rows, yt, ldy);
+    else
+      Tile32<R, C, kType>(a, t, rows, yt, ldy);
+#else
     if constexpr (k256)
       TileK<R, C, kType>(a, t, rows, yt, ldy);
     else
       Tile32<R, C, kType>(a, t, rows, yt, ldy);
+#endif
+  };
+  // Tiles of 8 (AVX-512) or 4 activation rows, then single rows. Columns go in pairs (the
+  // AVX-512 tiles, and the 32-element types everywhere) except for single rows: at T = 1 the
+  // weights stream from memory, and one row after another reads them as one sequential stream,
+  // faster than two rows side by side (about 2× at one thread on the EPYC of bench/RESULTS.md).
+#if BASALT_Q8_X86 && HWY_TARGET <= HWY_AVX3
+  constexpr bool wide = true;
+#else
+  constexpr bool wide = false;
+#endif
+  auto row_tiles = [&]<int R>(int64_t t, int64_t nc, const uint8_t* const* rows, float* yt) {
+    int64_t c = 0;
+    if constexpr ((wide || !k256) && R > 1)
+      for (; c + 2 <= nc; c += 2) tile.template operator()<R, 2>(t, rows + c, yt + c);
+    for (; c < nc; ++c) tile.template operator()<R, 1>(t, rows + c, yt + c);
   };
   for (int64_t n = n0; n < n1; n += 4) {  // groups of 4 columns share each tile of x rows
     const int64_t nc = std::min<int64_t>(4, n1 - n);
     const uint8_t* rows[4];
     for (int64_t c = 0; c < nc; ++c) rows[c] = p + (n + c) * row_bytes;
     int64_t t = t0;
-    for (; t + 4 <= T; t += 4) {
-      int64_t c = 0;
-      if constexpr (!k256)  // 32-element blocks: 4 × 2 tiles load each x vector once per 2 columns
-        for (; c + 2 <= nc; c += 2) tile.template operator()<4, 2>(t, rows + c, y + t * ldy + n + c);
-      for (; c < nc; ++c) tile.template operator()<4, 1>(t, rows + c, y + t * ldy + n + c);
-    }
-    for (; t < T; ++t)
-      for (int64_t c = 0; c < nc; ++c) tile.template operator()<1, 1>(t, rows + c, y + t * ldy + n + c);
+    if constexpr (wide)
+      for (; t + 8 <= T; t += 8) row_tiles.template operator()<8>(t, nc, rows, y + t * ldy + n);
+    for (; t + 4 <= T; t += 4) row_tiles.template operator()<4>(t, nc, rows, y + t * ldy + n);
+    for (; t < T; ++t) row_tiles.template operator()<1>(t, nc, rows, y + t * ldy + n);
   }
 #else
   for (int64_t n = n0; n < n1; ++n)
