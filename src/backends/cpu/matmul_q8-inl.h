@@ -400,7 +400,7 @@ HWY_INLINE void TileK512(const ref::Q8Acts& a, int64_t t0, const uint8_t* const*
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const uint8_t* b = w[0] + blk * kBytes;
-    for (int o = 0; o < kBytes; o += 64) hwy::Prefetch(b + 2048 + o);
+    for (int o = 0; o < kBytes; o += 64) hwy::Prefetch(b + 8192 + o);
     KBlock512 kb;
     PrepareK512<kType>(b, kb);
     __m512i isum[R];
@@ -468,7 +468,7 @@ HWY_INLINE void Tile32(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w
     __m256 dw[C];
     for (int c = 0; c < C; ++c) {
       const uint8_t* b = w[c] + blk * kBytes;
-      if (blk % 2 == 0) hwy::Prefetch(b + 1024);
+      if (blk % 2 == 0) hwy::Prefetch(b + 4096);
       dw[c] = _mm256_set1_ps(F16x(b));
       wv[c] = Codes32<kType>(b);
       aw[c] = _mm256_sign_epi8(wv[c], wv[c]);  // |w| (−128 reads as 128 unsigned)
