@@ -100,6 +100,11 @@ HWY_INLINE void SumsOfLanes(const hn::Vec<DF>* acc, float* out) {
 #endif
 }
 
+// Rows stored one after another, K elements each (the weight matrix as it is in memory).
+template <class Row>
+constexpr bool kPlainRow =
+    std::is_same_v<Row, RowF32> || std::is_same_v<Row, RowBF16> || std::is_same_v<Row, RowF16>;
+
 // R rows of x against C rows of W, one vector accumulator per (r, c) pair. Per pair the
 // schedule is fixed: the vector steps k = 0, L, 2L… in order into that accumulator (one fma per
 // lane and step), then the scalar tail in order, then sum(acc) + tail. The weight vector a step
@@ -117,6 +122,11 @@ HWY_INLINE void Tile(const float* x, int64_t ldx, const Row* rows, int64_t K, fl
   for (; k + L <= K; k += L) {
     hn::Vec<DF> xv[R];
     for (int r = 0; r < R; ++r) xv[r] = hn::LoadU(d, x + r * ldx + k);
+    if constexpr (R == 1 && kPlainRow<Row>) {  // decode: the next C rows, as far in as this step
+      constexpr int64_t E = sizeof(*rows[0].p);
+      const char* next = reinterpret_cast<const char*>(rows[0].p) + C * (K + k) * E;
+      for (int64_t o = 0; o < C * L * E; o += 64) hwy::Prefetch(next + o);
+    }
     for (int c = 0; c < C; ++c) {
       const auto wv = rows[c].load(d, k);
       for (int r = 0; r < R; ++r) a[r][c] = hn::MulAdd(xv[r], wv, a[r][c]);
@@ -139,8 +149,11 @@ HWY_INLINE void Tile(const float* x, int64_t ldx, const Row* rows, int64_t K, fl
 // L2. Measured on a 2-core AVX2 EPYC (f16 weights, f32 x, 3072 × 1024 and 1024 × 3072, one
 // thread): 2 × 6 at 79-90 GFLOP/s (80-90 % of the FMA peak); 4 × 3 at 50-56 and 3 × 4 at 47
 // (x streamed from L2 twice as often per fma); the previous two-accumulator 4 × 1 tiles at 43.
-// Decode (T = 1) runs 1 × 6 tiles: six independent fma chains over six weight streams. The
-// tile shape never changes a dot product's schedule.
+// Decode (T = 1) runs 1 × 6 tiles: six independent fma chains over six weight streams, each
+// step prefetching the same span of the next six rows (rows are contiguous, so one sequential
+// stream a group ahead: `bench_cpu_kernels` T1 1.2-1.7× on the AVX-512 EPYC, where six
+// interleaved streams left the hardware prefetcher behind). The tile shape never changes a
+// dot product's schedule.
 // `Panel`: weights whose decoding costs more than a load (FP8 and NVFP4 through tables) are
 // decoded once per group of 6 rows into f32 (the same values load() returns) when the pass
 // has more than 2 rows, then read as F32 rows.
