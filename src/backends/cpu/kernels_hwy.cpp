@@ -149,6 +149,8 @@ HWY_INLINE void Tile(const float* x, int64_t ldx, const Row* rows, int64_t K, fl
 // L2. Measured on a 2-core AVX2 EPYC (f16 weights, f32 x, 3072 × 1024 and 1024 × 3072, one
 // thread): 2 × 6 at 79-90 GFLOP/s (80-90 % of the FMA peak); 4 × 3 at 50-56 and 3 × 4 at 47
 // (x streamed from L2 twice as often per fma); the previous two-accumulator 4 × 1 tiles at 43.
+// AVX-512 (32 registers) runs 4 × 6 tiles first, each weight vector converted once for four
+// rows (`bench_cpu_kernels` f16/bf16 T128 1.03-1.12× the 2 × 6 tiles on the AVX-512 EPYC).
 // Decode (T = 1) runs 1 × 6 tiles: six independent fma chains over six weight streams, each
 // step prefetching the same span of the next six rows (rows are contiguous, so one sequential
 // stream a group ahead: `bench_cpu_kernels` T1 1.2-1.7× on the AVX-512 EPYC, where six
@@ -167,6 +169,9 @@ HWY_INLINE void MatmulT(const float* x, int64_t T, int64_t K, int64_t n0, int64_
     for (int64_t t0 = 0; t0 < T; t0 += tb) {
       const int64_t t1 = std::min(T, t0 + tb);
       int64_t t = t0;
+#if HWY_TARGET <= HWY_AVX3  // 32 vector registers: 4 × 6 tiles (24 accumulators)
+      for (; t + 4 <= t1; t += 4) Tile<4, C>(x + t * K, K, rows, K, y + t * ldy + n, ldy);
+#endif
       for (; t + 2 <= t1; t += 2) Tile<2, C>(x + t * K, K, rows, K, y + t * ldy + n, ldy);
       if (t < t1) Tile<1, C>(x + t * K, K, rows, K, y + t * ldy + n, ldy);
     }
