@@ -293,8 +293,36 @@ struct KPair512 {
 };
 template <DType kType>
 HWY_INLINE void PrepareKPair(const uint8_t* b0, const uint8_t* b1, KPair512& k) {
-  KBlockX x[2];
   k.b[0] = b0, k.b[1] = b1;
+  if constexpr (kType != DType::Q6_K) {  // KScales for both rows in one 128-bit lane each
+    // Per lane the dwords [a, b, c, ·] of the 12 scale bytes (b + 4 .. b + 15; the 4 bytes
+    // after them are codes of the same block, unused).
+    const __m256i v = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 4))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + 4)), 1);
+    const __m256i ab = _mm256_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 1, 0));  // a b a b
+    const __m256i cc = _mm256_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 2, 2));  // c c c c
+    const __m256i lo = _mm256_and_si256(ab, _mm256_set1_epi8(0x3f));      // sc_lo m_lo · ·
+    const __m256i hi = _mm256_or_si256(                                   // · · sc_hi m_hi
+        _mm256_and_si256(_mm256_srlv_epi32(cc, _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4)),
+                         _mm256_set1_epi8(0x0f)),
+        _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(ab, 6), _mm256_set1_epi8(0x03)), 4));
+    // bytes 0..7: scales 0..7, bytes 8..15: mins 0..7
+    const __m256i sm =
+        _mm256_shuffle_epi32(_mm256_blend_epi32(lo, hi, 0xcc), _MM_SHUFFLE(3, 1, 2, 0));
+    const __m256i sc16 = _mm256_unpacklo_epi8(sm, _mm256_setzero_si256());  // per row, as i16
+    k.sc = _mm512_shuffle_i64x2(_mm512_castsi256_si512(sc16), _mm512_castsi256_si512(sc16), 0x50);
+    k.mins = _mm512_cvtepu8_epi16(_mm256_unpackhi_epi8(sm, sm));  // m0 m0 m1 m1 … per row
+    // d, dmin of both rows: [d0, dmin0, d1, dmin1]
+    const __m128 dd = _mm_cvtph_ps(_mm_setr_epi32(int(U32(b0)), int(U32(b1)), 0, 0));
+    const __m512 d4 = _mm512_castps128_ps512(dd);
+    k.d = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2),
+                                d4);
+    k.dmin = _mm512_permutexvar_ps(
+        _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3), d4);
+    return;
+  }
+  KBlockX x[2];
   PrepareKX<kType>(b0, x[0]), PrepareKX<kType>(b1, x[1]);
   k.d = _mm512_insertf32x8(_mm512_set1_ps(x[0].d), _mm256_set1_ps(x[1].d), 1);
   k.dmin = _mm512_insertf32x8(_mm512_set1_ps(x[0].dmin), _mm256_set1_ps(x[1].dmin), 1);
