@@ -75,6 +75,11 @@ namespace basalt::cpu {
 namespace HWY_NAMESPACE {
 namespace q8 {
 
+// Bytes of one 256-element block of a K type (dtype_block_bytes, as a compile-time constant).
+constexpr int KBlockBytes(DType t) {
+  return t == DType::Q4_K ? 144 : t == DType::Q5_K ? 176 : 210;
+}
+
 HWY_INLINE uint32_t U32(const uint8_t* p) {
   uint32_t v;
   std::memcpy(&v, p, 4);
@@ -170,7 +175,7 @@ HWY_INLINE __m256i SubScale(const KBlockX& k, int j) {
 template <int R, int C, DType kType>
 HWY_INLINE void TileK(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w, float* y,
                       int64_t ldy) {
-  constexpr int kBytes = kType == DType::Q4_K ? 144 : kType == DType::Q5_K ? 176 : 210;
+  constexpr int kBytes = KBlockBytes(kType);
   const int64_t blocks = a.K / 256;
   const int8_t* xq[R];
   const float* xd[R];
@@ -361,10 +366,20 @@ HWY_INLINE __m512i PairColScale(const KPair512& k, int j) {
   }
 }
 
+// isum + the products of unsigned codes wv and activations xv, in adjacent pairs, times the
+// i16 scales sv: vpdpwssd with VNNI, else vpmaddwd and the add (the same integers).
+HWY_INLINE __m512i DotAddK(__m512i isum, __m512i wv, __m512i xv, __m512i sv) {
+#if BASALT_Q8_VNNI
+  return _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(wv, xv), sv);
+#else
+  return _mm512_add_epi32(isum, _mm512_madd_epi16(_mm512_maddubs_epi16(wv, xv), sv));
+#endif
+}
+
 template <int R, DType kType>
 HWY_INLINE void TileK512x2(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w, float* y,
                            int64_t ldy) {
-  constexpr int kBytes = kType == DType::Q4_K ? 144 : kType == DType::Q5_K ? 176 : 210;
+  constexpr int kBytes = KBlockBytes(kType);
   const int64_t blocks = a.K / 256;
   const int8_t* xq[R];
   const float* xd[R];
@@ -387,11 +402,7 @@ HWY_INLINE void TileK512x2(const ref::Q8Acts& a, int64_t t0, const uint8_t* cons
       for (int r = 0; r < R; ++r) {
         const __m512i xv = _mm512_broadcast_i64x4(
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[r] + blk * 256 + 32 * j)));
-#if BASALT_Q8_VNNI
-        isum[r] = _mm512_dpwssd_epi32(isum[r], _mm512_maddubs_epi16(wv, xv), sv);
-#else
-        isum[r] = _mm512_add_epi32(isum[r], _mm512_madd_epi16(_mm512_maddubs_epi16(wv, xv), sv));
-#endif
+        isum[r] = DotAddK(isum[r], wv, xv, sv);
       }
     }
     for (int r = 0; r < R; ++r) {
@@ -417,7 +428,7 @@ HWY_INLINE void TileK512x2(const ref::Q8Acts& a, int64_t t0, const uint8_t* cons
 template <int R, DType kType>
 HWY_INLINE void TileK512(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w, float* y,
                          int64_t ldy) {
-  constexpr int kBytes = kType == DType::Q4_K ? 144 : kType == DType::Q5_K ? 176 : 210;
+  constexpr int kBytes = KBlockBytes(kType);
   const int64_t blocks = a.K / 256;
   const int8_t* xq[R];
   const float* xd[R];
@@ -438,11 +449,7 @@ HWY_INLINE void TileK512(const ref::Q8Acts& a, int64_t t0, const uint8_t* const*
       const __m512i wv = PairCodes<kType>(kb, p), sv = PairScale<kType>(kb, p);
       for (int r = 0; r < R; ++r) {
         const __m512i xv = _mm512_loadu_si512(xq[r] + blk * 256 + 64 * p);
-#if BASALT_Q8_VNNI
-        isum[r] = _mm512_dpwssd_epi32(isum[r], _mm512_maddubs_epi16(wv, xv), sv);
-#else
-        isum[r] = _mm512_add_epi32(isum[r], _mm512_madd_epi16(_mm512_maddubs_epi16(wv, xv), sv));
-#endif
+        isum[r] = DotAddK(isum[r], wv, xv, sv);
       }
     }
     for (int r = 0; r < R; ++r) {
@@ -626,7 +633,7 @@ HWY_INLINE void SubCodes(const KBlock& k, int j, int8x16_t* lo, int8x16_t* hi) {
 template <int R, int C, DType kType>
 HWY_INLINE void TileK(const ref::Q8Acts& a, int64_t t0, const uint8_t* const* w, float* y,
                       int64_t ldy) {
-  constexpr int kBytes = kType == DType::Q4_K ? 144 : kType == DType::Q5_K ? 176 : 210;
+  constexpr int kBytes = KBlockBytes(kType);
   const int64_t blocks = a.K / 256;
   float32x4_t acc[R][C][2];
   for (int r = 0; r < R; ++r)
