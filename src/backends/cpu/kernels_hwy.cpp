@@ -100,17 +100,14 @@ HWY_INLINE void SumsOfLanes(const hn::Vec<DF>* acc, float* out) {
 #endif
 }
 
-// Rows stored one after another, K elements each (the weight matrix as it is in memory).
-template <class Row>
-constexpr bool kPlainRow =
-    std::is_same_v<Row, RowF32> || std::is_same_v<Row, RowBF16> || std::is_same_v<Row, RowF16>;
-
 // R rows of x against C rows of W, one vector accumulator per (r, c) pair. Per pair the
 // schedule is fixed: the vector steps k = 0, L, 2L… in order into that accumulator (one fma per
 // lane and step), then the scalar tail in order, then sum(acc) + tail. The weight vector a step
 // loads is used by every row of the tile (and x's by every column), so a 2 × 6 tile makes 12
 // fmas from 2 + 6 loads.
-template <int R, int C, class Row>
+// kStreamNext (decode over a weight matrix, whose rows lie one after another, K elements
+// each): every step also prefetches the same span of the next C rows.
+template <int R, int C, bool kStreamNext = false, class Row>
 HWY_INLINE void Tile(const float* x, int64_t ldx, const Row* rows, int64_t K, float* y,
                      int64_t ldy) {
   const DF d;
@@ -122,7 +119,7 @@ HWY_INLINE void Tile(const float* x, int64_t ldx, const Row* rows, int64_t K, fl
   for (; k + L <= K; k += L) {
     hn::Vec<DF> xv[R];
     for (int r = 0; r < R; ++r) xv[r] = hn::LoadU(d, x + r * ldx + k);
-    if constexpr (R == 1 && kPlainRow<Row>) {  // decode: the next C rows, as far in as this step
+    if constexpr (R == 1 && kStreamNext) {
       constexpr int64_t E = sizeof(*rows[0].p);
       const char* next = reinterpret_cast<const char*>(rows[0].p) + C * (K + k) * E;
       for (int64_t o = 0; o < C * L * E; o += 64) hwy::Prefetch(next + o);
@@ -164,7 +161,10 @@ HWY_INLINE void MatmulT(const float* x, int64_t T, int64_t K, int64_t n0, int64_
                         int64_t ldy, MakeRow make_row) {
   constexpr int kC = 6;
   const int64_t tb = std::max<int64_t>(2, ((int64_t(256) << 10) / std::max<int64_t>(K * 4, 1)) & ~1);
-  auto group = [&](const auto* rows, auto cols, int64_t n) {
+  // Weight rows lie one after another (make_row(n) = row n) for the f32/bf16/f16 rows.
+  constexpr bool kContiguous =
+      std::is_same_v<Row, RowF32> || std::is_same_v<Row, RowBF16> || std::is_same_v<Row, RowF16>;
+  auto group = [&](const auto* rows, auto cols, int64_t n, auto stream) {
     constexpr int C = decltype(cols)::value;
     for (int64_t t0 = 0; t0 < T; t0 += tb) {
       const int64_t t1 = std::min(T, t0 + tb);
@@ -173,7 +173,7 @@ HWY_INLINE void MatmulT(const float* x, int64_t T, int64_t K, int64_t n0, int64_
       for (; t + 4 <= t1; t += 4) Tile<4, C>(x + t * K, K, rows, K, y + t * ldy + n, ldy);
 #endif
       for (; t + 2 <= t1; t += 2) Tile<2, C>(x + t * K, K, rows, K, y + t * ldy + n, ldy);
-      if (t < t1) Tile<1, C>(x + t * K, K, rows, K, y + t * ldy + n, ldy);
+      if (t < t1) Tile<1, C, decltype(stream)::value>(x + t * K, K, rows, K, y + t * ldy + n, ldy);
     }
   };
   thread_local std::vector<float> panel;
@@ -194,17 +194,18 @@ HWY_INLINE void MatmulT(const float* x, int64_t T, int64_t K, int64_t n0, int64_
           for (; k < K; ++k) p[k] = rows[c].at(k);
           f[c] = RowF32{p};
         }
-        group(f, std::integral_constant<int, kC>(), n);
+        group(f, std::integral_constant<int, kC>(), n, std::false_type());  // the panel
         continue;
       }
     }
-    group(rows, std::integral_constant<int, kC>(), n);
+    group(rows, std::integral_constant<int, kC>(), n, std::bool_constant<kContiguous>());
   }
   // The last 1-5 columns as one narrower tile (as 1-column tiles they ran at a third of the
   // rate, and an 8-tasks-per-thread split leaves them in every task).
   Row rows[kC];
   for (int c = 0; c < n1 - n; ++c) rows[c] = make_row(n + c);
-  WithCount<kC - 1>(n1 - n, [&](auto cols) { group(rows, cols, n); });
+  WithCount<kC - 1>(n1 - n,
+                    [&](auto cols) { group(rows, cols, n, std::bool_constant<kContiguous>()); });
 }
 
 // Scaled formats (ops/ref/scaled.h): y[t, n] = factor(n) · Σ_k inner(n, k) · x[t, k]. The inner
