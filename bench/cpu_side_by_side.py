@@ -2,7 +2,8 @@
 """basalt vs llama.cpp on the CPU, side by side on the same GGUF files (issue 9).
 
 Runs `basalt bench` and llama.cpp's `llama-bench` alternately, ROUNDS times per model, with the
-same thread count, prompt length and decode length, and prints prefill and decode tokens/s for
+same thread count, prompt length and decode length (llama-bench's decode at a KV depth of the
+prompt length, where basalt's runs), and prints prefill and decode tokens/s for
 both plus the per-round ratio basalt / llama.cpp as min / median / max. Each tool reports the
 median (basalt) or mean (llama-bench) of its own REPEATS runs per round. llama.cpp is not part
 of basalt: build llama-bench yourself (bench/RESULTS.md, "CPU vs llama.cpp", says how) and pass
@@ -28,15 +29,22 @@ def run_basalt(args, model):
 
 
 def run_llama(args, model):
-    cmd = [args.llama_bench, "-m", model, "-t", str(args.threads), "-p", str(args.p),
-           "-n", str(args.n), "-r", str(args.repeats), "-o", "json"]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    # basalt bench decodes right after its P-token prompt, so its decode attends to P .. P+N
+    # positions; llama-bench's tg test starts from an empty cache unless given a depth. Two
+    # runs: the prompt at depth 0, the decode at depth P (both as basalt measures them).
+    base = [args.llama_bench, "-m", model, "-t", str(args.threads), "-r", str(args.repeats),
+            "-o", "json"]
     pp = tg = None
-    for t in json.loads(out):
-        if t["n_prompt"] > 0 and t["n_gen"] == 0:
-            pp = t["avg_ts"]
-        elif t["n_gen"] > 0 and t["n_prompt"] == 0:
-            tg = t["avg_ts"]
+    for extra in (["-p", str(args.p), "-n", "0"], ["-p", "0", "-n", str(args.n), "-d", str(args.p)]):
+        out = subprocess.run(base + extra, capture_output=True, text=True, check=True).stdout
+        for t in json.loads(out):
+            if t["n_prompt"] > 0 and t["n_gen"] == 0 and t.get("n_depth", 0) == 0:
+                pp = t["avg_ts"]
+            elif t["n_gen"] > 0 and t["n_prompt"] == 0 and t.get("n_depth") == args.p:
+                tg = t["avg_ts"]
+    if pp is None or tg is None:
+        sys.exit(f"llama-bench gave no pp{args.p} or tg{args.n} @ d{args.p} result (too old a "
+                 "llama-bench for -d, the KV depth?)")
     return pp, tg
 
 
@@ -75,7 +83,7 @@ def main():
                   f"llama.cpp pp {l[0]:.1f} tg {l[1]:.2f}", file=sys.stderr, flush=True)
         results.append({"model": model, "rounds": rounds})
 
-    print(f"threads {args.threads}, pp{args.p}, tg{args.n}, {args.rounds} rounds of "
+    print(f"threads {args.threads}, pp{args.p}, tg{args.n} at depth {args.p}, {args.rounds} rounds of "
           f"{args.repeats} runs each; ratio = basalt / llama.cpp per round (min / median / max)\n")
     print("| model | basalt pp tok/s | llama.cpp pp tok/s | pp ratio | basalt tg tok/s | "
           "llama.cpp tg tok/s | tg ratio |")
