@@ -78,7 +78,8 @@ struct PassRows {
 // block_last ≥ 0, to keys 0..block_last: a non-causal block (a DSpark drafter's block of draft
 // rows sees all of itself; backends that can: Backend::supports_block_attention). block_tables
 // and pos are the pass's host arrays (PassRows); a device backend uses its own copies.
-// KV cache element types: the backend's native one (f32 on the CPU, bf16 on CUDA), or
+// KV cache element types: the backend's native one (f32 on the CPU, bf16 on CUDA), bf16 on the
+// CPU too (values rounded to nearest even as they are written, read back exactly), or
 // F8_E4M3 with an f32 scale per (position, KV head): k ≈ e4m3(code) · s, s = amax / 448 of
 // that head's D values (1 when all are 0), codes e4m3(k / s) rounded to nearest even. An
 // F8_E4M3 block holds the codes [block_size, Hkv, D] then the scales [block_size, Hkv].
@@ -97,12 +98,18 @@ struct AttentionArgs {
   // The keys row t attends: 0 .. keys(t) - 1.
   int64_t keys(int64_t t) const { return (block_last >= 0 ? block_last : pos[t]) + 1; }
 
-  // Where key/value j of row t starts (host backends: f32 cache).
+  // Where key/value j of row t starts (host backends: f32 or bf16 caches, as kv says).
   const float* key(int64_t t, int64_t j) const {
     return static_cast<const float*>(k) + kv_offset(t, j);
   }
   const float* value(int64_t t, int64_t j) const {
     return static_cast<const float*>(v) + kv_offset(t, j);
+  }
+  const uint16_t* key_bf16(int64_t t, int64_t j) const {
+    return static_cast<const uint16_t*>(k) + kv_offset(t, j);
+  }
+  const uint16_t* value_bf16(int64_t t, int64_t j) const {
+    return static_cast<const uint16_t*>(v) + kv_offset(t, j);
   }
   int64_t kv_offset(int64_t t, int64_t j) const {
     return (int64_t(block_tables[t][j / block_size]) * block_size + j % block_size) * Hkv * D;
@@ -320,7 +327,7 @@ class HostBackend : public Backend {
   const float* prepare_vector(const float* data, int64_t) override { return data; }
   DType act_dtype() const override { return DType::F32; }
   DType kv_dtype() const override { return kv_; }
-  void set_kv_dtype(DType t) override;  // F32 or F8_E4M3
+  void set_kv_dtype(DType t) override;  // F32, BF16 or F8_E4M3
   size_t peak_bytes() const override { return peak_; }
 
   void begin_pass(const PassRows& rows) override { rows_ = rows; }

@@ -43,8 +43,8 @@ void Backend::set_kv_dtype(DType t) {
 }
 
 void HostBackend::set_kv_dtype(DType t) {
-  if (t != DType::F32 && t != DType::F8_E4M3)
-    fail("[{}] cannot keep the KV cache in {} (f32 or fp8)", name(), dtype_name(t));
+  if (t != DType::F32 && t != DType::BF16 && t != DType::F8_E4M3)
+    fail("[{}] cannot keep the KV cache in {} (f32, bf16 or fp8)", name(), dtype_name(t));
   kv_ = t;
 }
 
@@ -163,6 +163,13 @@ void HostBackend::kv_write(const float* k, const float* v, void* k_cache, void* 
       continue;
     }
     const int64_t off = (int64_t(rows_.tables[t][p / bs]) * bs + p % bs) * row;
+    if (kv_ == DType::BF16) {  // rounded to nearest even (f32_to_bf16)
+      for (auto [src, dst] : {std::pair{k, k_cache}, std::pair{v, v_cache}}) {
+        uint16_t* out = static_cast<uint16_t*>(dst) + off;
+        for (int64_t i = 0; i < row; ++i) out[i] = f32_to_bf16(src[t * row + i]);
+      }
+      continue;
+    }
     std::memcpy(static_cast<float*>(k_cache) + off, k + t * row, size_t(row) * sizeof(float));
     std::memcpy(static_cast<float*>(v_cache) + off, v + t * row, size_t(row) * sizeof(float));
   }

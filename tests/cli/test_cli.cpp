@@ -91,6 +91,22 @@ TEST(Cli, LogitsWritesNpyOfEveryPositionBitwiseAcrossChunks) {
   EXPECT_EQ(a.shape, (std::vector<int64_t>{7, 320}));
   EXPECT_EQ(a.data, b.data);
   EXPECT_TRUE(r.out.empty());
+  // A bf16 KV cache on the CPU: bitwise across chunks too, close to the f32 cache, not equal.
+  for (const char* chunk : {"0", "2"}) {
+    r = run("logits -m " + quote(g) +
+            " --tokens 1,2,3,4,5,6,7 --kv-cache-dtype bf16 --device cpu " + "--prefill-chunk " +
+            chunk + " --out " + tmp.str() + "/bf16_" + chunk + ".npy");
+    ASSERT_EQ(r.code, 0) << r.err;
+  }
+  const io::NpyArray c = io::npy_read(tmp.str() + "/bf16_0.npy");
+  EXPECT_EQ(c.data, io::npy_read(tmp.str() + "/bf16_2.npy").data);
+  EXPECT_NE(c.data, a.data);
+  ASSERT_EQ(c.data.size(), a.data.size());
+  for (size_t i = 0; i < a.data.size(); ++i) EXPECT_NEAR(a.data[i], c.data[i], 0.05f) << i;
+  Result bad = run("logits -m " + quote(g) + " --tokens 1,2 --kv-cache-dtype f16 --out " +
+                   tmp.str() + "/c.npy");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.err.find("--kv-cache-dtype f16"), std::string::npos) << bad.err;
 }
 
 // perplexity: the number it prints is exp(mean NLL) of the second half of each window, as

@@ -99,46 +99,51 @@ TEST(Exactness, GoldenModelsBitwiseAcrossChunkingsThreadsAndDecode) {
   check_chunkings(g + "/gguf/qwen3_tied.q8_0.gguf", 150);
 }
 
-// The FP8 KV cache and scaled (NVFP4 / FP8) weights keep the contract too.
+// The bf16 and FP8 KV caches and scaled (NVFP4 / FP8) weights keep the contract too.
 TEST(Exactness, Fp8KvCacheAndScaledWeightsBitwise) {
   const std::string g = test::source_dir() + "/tests/golden";
+  check_chunkings(g + "/llama_gqa_untied", 150, DType::BF16);
+  check_chunkings(g + "/qwen3_5", 150, DType::BF16);
   check_chunkings(g + "/llama_gqa_untied", 150, DType::F8_E4M3);
   check_chunkings(g + "/qwen3_5", 150, DType::F8_E4M3);
   check_chunkings(g + "/scaled/llama_gqa_untied.nvfp4", 150);
   check_chunkings(g + "/scaled/qwen3_untied_f16.fp8_block", 150, DType::F8_E4M3);
 }
 
-// FP8 keys and values move the logits a little, not a lot, and the CPU kernels agree with the
-// scalar reference on them.
+// FP8 (and bf16) keys and values move the logits a little, not a lot, and the CPU kernels agree
+// with the scalar reference on them.
 TEST(Exactness, Fp8KvCacheIsCloseToF32) {
   const std::string g = test::source_dir() + "/tests/golden";
-  for (const char* c : {"llama_gqa_untied", "qwen3_untied_f16", "qwen3_5"}) {
-    auto model = model_load(g + "/" + c);
-    const int64_t V = model->config().vocab, T = 80;
-    std::vector<int32_t> ids(static_cast<size_t>(T));
-    for (int64_t i = 0; i < T; ++i) ids[size_t(i)] = int32_t((i * 7919 + 13) % V);
-    auto f32 = cpu::make_cpu_backend(2), fp8 = cpu::make_cpu_backend(2);
-    auto ref8 = ref::make_ref_backend();
-    fp8->set_kv_dtype(DType::F8_E4M3);
-    ref8->set_kv_dtype(DType::F8_E4M3);
-    const std::vector<float> a = Generator(*model, *f32).logits(ids, 0);
-    const std::vector<float> b = Generator(*model, *fp8).logits(ids, 0);
-    const std::vector<float> r = Generator(*model, *ref8).logits(ids, 0);
-    float max_ref = 0, d8 = 0, dr = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      max_ref = std::max(max_ref, std::fabs(a[i]));
-      d8 = std::max(d8, std::fabs(a[i] - b[i]));
-      dr = std::max(dr, std::fabs(b[i] - r[i]));
+  for (const DType kv : {DType::F8_E4M3, DType::BF16})
+    for (const char* c : {"llama_gqa_untied", "qwen3_untied_f16", "qwen3_5"}) {
+      auto model = model_load(g + "/" + c);
+      const int64_t V = model->config().vocab, T = 80;
+      std::vector<int32_t> ids(static_cast<size_t>(T));
+      for (int64_t i = 0; i < T; ++i) ids[size_t(i)] = int32_t((i * 7919 + 13) % V);
+      auto f32 = cpu::make_cpu_backend(2), low = cpu::make_cpu_backend(2);
+      auto ref_low = ref::make_ref_backend();
+      low->set_kv_dtype(kv);
+      ref_low->set_kv_dtype(kv);
+      const std::vector<float> a = Generator(*model, *f32).logits(ids, 0);
+      const std::vector<float> b = Generator(*model, *low).logits(ids, 0);
+      const std::vector<float> r = Generator(*model, *ref_low).logits(ids, 0);
+      float max_ref = 0, d = 0, dr = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        max_ref = std::max(max_ref, std::fabs(a[i]));
+        d = std::max(d, std::fabs(a[i] - b[i]));
+        dr = std::max(dr, std::fabs(b[i] - r[i]));
+      }
+      const std::string n(dtype_name(kv));
+      std::printf("%s: max|logit| %.3f, %s vs f32 KV %.4f, cpu vs ref (%s) %.5f\n", c, max_ref,
+                  n.c_str(), d, n.c_str(), dr);
+      EXPECT_GT(d, 0.0f) << c << ": the " << n << " cache changed nothing (not used?)";
+      // random tiny models: a few FP8 code flips show (a last-bit difference upstream can flip
+      // an E4M3 code downstream: not 1e-4 here); bf16 keeps 8 bits of mantissa
+      EXPECT_LE(d, (kv == DType::BF16 ? 0.02f : 0.1f) * max_ref) << c << " " << n;
+      EXPECT_LE(dr, 1e-3f * max_ref) << c << " cpu vs reference backend, " << n;
     }
-    std::printf("%s: max|logit| %.3f, fp8 vs f32 KV %.4f, cpu vs ref (fp8) %.5f\n", c, max_ref, d8,
-                dr);
-    EXPECT_GT(d8, 0.0f) << c << ": the FP8 cache changed nothing (not used?)";
-    EXPECT_LE(d8, 0.1f * max_ref) << c;  // random tiny models: a few code flips show
-    // (a last-bit difference upstream can flip an E4M3 code downstream: not 1e-4 here)
-    EXPECT_LE(dr, 1e-3f * max_ref) << c << " cpu vs reference backend";
-  }
   auto be = cpu::make_cpu_backend(1);
-  test::expect_error([&] { be->set_kv_dtype(DType::BF16); }, "cannot keep the KV cache in BF16");
+  test::expect_error([&] { be->set_kv_dtype(DType::F16); }, "cannot keep the KV cache in F16");
 }
 
 TEST(Exactness, Stories260KBitwiseAcrossChunkings) {

@@ -216,5 +216,47 @@ TEST(OpsVsRef, PagedAttentionMatchesReferenceAndIsRowExact) {
   }
 }
 
+// A bf16 KV cache: the stored values widen exactly, so the CPU kernel (and the reference) on a
+// bf16 cache give bitwise what they give on an f32 cache holding the same rounded values, for
+// head dims on the narrow path (8), with a scalar tail (20 on AVX-512), and whole vectors.
+TEST(OpsVsRef, PagedAttentionBf16CacheIsTheF32ArithmeticOnItsValues) {
+  for (const int64_t D : {8, 20, 24, 128}) {
+    const int64_t H = 4, Hkv = 2, bs = 4, n_blocks = 12;
+    const size_t n = size_t(n_blocks * bs * Hkv * D);
+    const auto k = randn(n, 21), v = randn(n, 22);
+    std::vector<uint16_t> kb(n), vb(n);
+    std::vector<float> kr(n), vr(n);  // the bf16 values, as f32
+    for (size_t i = 0; i < n; ++i) {
+      kb[i] = f32_to_bf16(k[i]), vb[i] = f32_to_bf16(v[i]);
+      kr[i] = bf16_to_f32(kb[i]), vr[i] = bf16_to_f32(vb[i]);
+    }
+    const std::vector<int32_t> table = {5, 0, 11, 3, 8, 1, 9, 2, 7, 4};  // 40 positions
+    std::vector<const int32_t*> tables;
+    std::vector<int64_t> pos;
+    for (int64_t p = 0; p < 40; p += 3) tables.push_back(table.data()), pos.push_back(p);
+    const int64_t T = int64_t(pos.size());
+    const auto q = randn(size_t(T * H * D), 23);
+    std::vector<float> f32(q.size(), NAN), b16(q.size(), NAN), rf(q.size()), rb(q.size());
+    AttentionArgs a;
+    a.q = q.data(), a.T = T, a.H = H, a.Hkv = Hkv, a.D = D, a.block_size = bs;
+    a.block_tables = tables.data(), a.pos = pos.data(), a.scale = 0.125f;
+    AttentionArgs b = a;
+    a.k = kr.data(), a.v = vr.data(), a.kv = DType::F32;
+    b.k = kb.data(), b.v = vb.data(), b.kv = DType::BF16;
+    auto be = cpu::make_cpu_backend(2);
+    a.out = f32.data(), b.out = b16.data();
+    be->attention(a), be->attention(b);
+    EXPECT_EQ(0, std::memcmp(f32.data(), b16.data(), f32.size() * 4)) << "cpu, D " << D;
+    a.out = rf.data(), b.out = rb.data();
+    ref::attention(a), ref::attention(b);
+    EXPECT_EQ(0, std::memcmp(rf.data(), rb.data(), rf.size() * 4)) << "reference, D " << D;
+    for (size_t i = 0; i < rf.size(); ++i) ASSERT_NEAR(rf[i], b16[i], 2e-6f) << "D " << D;
+    // Rounding did happen (not a cache read as f32 by mistake).
+    a.k = k.data(), a.v = v.data(), a.out = rf.data();
+    be->attention(a);
+    EXPECT_NE(0, std::memcmp(rf.data(), b16.data(), rf.size() * 4)) << "D " << D;
+  }
+}
+
 }  // namespace
 }  // namespace basalt

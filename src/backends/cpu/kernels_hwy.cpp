@@ -24,16 +24,21 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 
-// Loads lanes k .. k+L-1 of one weight row as f32.
+// Loads lanes k .. k+L-1 of one weight row (or KV cache row) as f32, L the lanes of the f32
+// tag D (DF, or a narrower one).
 struct RowF32 {
   const float* p;
-  HWY_INLINE hn::Vec<DF> load(DF d, int64_t k) const { return hn::LoadU(d, p + k); }
+  template <class D>
+  HWY_INLINE hn::Vec<D> load(D d, int64_t k) const {
+    return hn::LoadU(d, p + k);
+  }
   HWY_INLINE float at(int64_t k) const { return p[k]; }
 };
 struct RowBF16 {
   const hwy::bfloat16_t* p;
-  HWY_INLINE hn::Vec<DF> load(DF d, int64_t k) const {
-    const hn::Rebind<hwy::bfloat16_t, DF> dh;
+  template <class D>
+  HWY_INLINE hn::Vec<D> load(D d, int64_t k) const {
+    const hn::Rebind<hwy::bfloat16_t, D> dh;
     return hn::PromoteTo(d, hn::LoadU(dh, p + k));
   }
   HWY_INLINE float at(int64_t k) const {
@@ -44,8 +49,9 @@ struct RowBF16 {
 };
 struct RowF16 {
   const hwy::float16_t* p;
-  HWY_INLINE hn::Vec<DF> load(DF d, int64_t k) const {
-    const hn::Rebind<hwy::float16_t, DF> dh;
+  template <class D>
+  HWY_INLINE hn::Vec<D> load(D d, int64_t k) const {
+    const hn::Rebind<hwy::float16_t, D> dh;
     return hn::PromoteTo(d, hn::LoadU(dh, p + k));
   }
   HWY_INLINE float at(int64_t k) const {
@@ -102,7 +108,9 @@ HWY_INLINE void SumsOfLanes(const hn::Vec<DF>* acc, float* out) {
 
 // R rows of x against C rows of W, one vector accumulator per (r, c) pair. Per pair the
 // schedule is fixed: the vector steps k = 0, L, 2L… in order into that accumulator (one fma per
-// lane and step), then the scalar tail in order, then sum(acc) + tail. The weight vector a step
+// lane and step), then the scalar tail in order (std::fma: written out, since whether the
+// compiler contracted `tail += x · w` depended on the row type, and a bf16 KV cache must give
+// the f32 cache's bits), then sum(acc) + tail. The weight vector a step
 // loads is used by every row of the tile (and x's by every column), so a 2 × 6 tile makes 12
 // fmas from 2 + 6 loads.
 // kStreamNext (decode over a weight matrix, whose rows lie one after another, K elements
@@ -134,7 +142,7 @@ HWY_INLINE void Tile(const float* x, int64_t ldx, const Row* rows, int64_t K, fl
   for (int r = 0; r < R; ++r) {
     for (int c = 0; c < C; ++c) {
       float tail = 0.0f;
-      for (int64_t j = k; j < K; ++j) tail += x[r * ldx + j] * rows[c].at(j);
+      for (int64_t j = k; j < K; ++j) tail = std::fma(x[r * ldx + j], rows[c].at(j), tail);
       y[r * ldy + c] = sums[r * C + c] + tail;
     }
   }
@@ -385,7 +393,7 @@ void QuantizeActsRows(const float* x, int64_t t0, int64_t t1, ref::Q8Acts& a) {
 }
 
 // o[0, D) = inv · Σ_j w[j] · v_j in j order, one fma per element and key: NV vectors of o at a
-// time stay in registers while the keys stream.
+// time stay in registers while the keys stream. vrow(j) is a row type (RowF32, RowBF16).
 template <int NV, class ValueRow>
 HWY_INLINE void WeightedRowsChunk(const float* w, int64_t n, ValueRow vrow, int64_t off, float inv,
                                   float* o) {
@@ -394,9 +402,9 @@ HWY_INLINE void WeightedRowsChunk(const float* w, int64_t n, ValueRow vrow, int6
   hn::Vec<DF> acc[NV];
   for (int u = 0; u < NV; ++u) acc[u] = hn::Zero(d);
   for (int64_t j = 0; j < n; ++j) {
-    const float* v = vrow(j) + off;
+    const auto v = vrow(j);
     const auto wv = hn::Set(d, w[j]);
-    for (int u = 0; u < NV; ++u) acc[u] = hn::MulAdd(wv, hn::LoadU(d, v + u * L), acc[u]);
+    for (int u = 0; u < NV; ++u) acc[u] = hn::MulAdd(wv, v.load(d, off + u * L), acc[u]);
   }
   const auto iv = hn::Set(d, inv);
   for (int u = 0; u < NV; ++u) hn::StoreU(hn::Mul(acc[u], iv), d, o + off + u * L);
@@ -431,19 +439,21 @@ HWY_INLINE void AttendRowNarrow(const float* q, int64_t n, float scale, KeyRow k
   const hn::CappedTag<float, N> dn;
   const auto vq = hn::LoadU(dn, q);
   for (int64_t j = 0; j < n; ++j)
-    s[j] = hn::GetLane(hn::SumOfLanes(dn, hn::Mul(vq, hn::LoadU(dn, krow(j))))) * kscale(j) * scale;
+    s[j] = hn::GetLane(hn::SumOfLanes(dn, hn::Mul(vq, krow(j).load(dn, 0)))) * kscale(j) * scale;
   ExpMinusMax(s, n);
   float sum = 0.0f;
   auto acc = hn::Zero(dn);
   for (int64_t j = 0; j < n; ++j) {
     sum += s[j];
-    acc = hn::MulAdd(hn::Set(dn, s[j] * vscale(j)), hn::LoadU(dn, vrow(j)), acc);
+    acc = hn::MulAdd(hn::Set(dn, s[j] * vscale(j)), vrow(j).load(dn, 0), acc);
   }
   hn::StoreU(hn::Mul(acc, hn::Set(dn, 1.0f / sum)), dn, o);
 }
 
-// One (query row, head) of CpuBackend::attention over keys 0..n-1 (rows through krow/vrow,
-// their scales through kscale/vscale: 1 for an f32 cache, exact). Scores: dot products with the
+// One (query row, head) of CpuBackend::attention over keys 0..n-1 (rows through krow/vrow as
+// row types: RowF32, or RowBF16 for a bf16 cache, whose values widen exactly, so the arithmetic
+// is the f32 cache's on the stored values; their scales through kscale/vscale: 1 for an f32
+// or bf16 cache, exact). Scores: dot products with the
 // matmul schedule (Tile, 1 × 6: one accumulator each, six chains), times the key's scale, times
 // `scale`; softmax with the maximum, exp (Highway's, lane-wise) and the sum in key order; then
 // Σ_j p_j·vscale_j·v_j in key order and one multiplication by 1/sum. Nothing depends on which
@@ -461,9 +471,9 @@ HWY_INLINE void AttendRow(const float* q, int64_t D, int64_t n, float scale, Key
   int64_t j = 0;
   auto scores = [&](auto keys) {  // keys j .. j + C - 1 as one 1 × C tile
     constexpr int C = decltype(keys)::value;
-    RowF32 rows[C];
+    decltype(krow(0)) rows[C];
     float dots[C];
-    for (int c = 0; c < C; ++c) rows[c] = RowF32{krow(j + c)};
+    for (int c = 0; c < C; ++c) rows[c] = krow(j + c);
     Tile<1, C>(q, D, rows, D, dots, 1);
     for (int c = 0; c < C; ++c) s[j + c] = dots[c] * kscale(j + c) * scale;
   };
@@ -483,15 +493,16 @@ HWY_INLINE void AttendRow(const float* q, int64_t D, int64_t n, float scale, Key
   });
   for (int64_t i = off + (D - off) / L * L; i < D; ++i) {  // dims past the last whole vector
     float acc = 0.0f;
-    for (j = 0; j < n; ++j) acc = s[j] * vrow(j)[i] + acc;
+    for (j = 0; j < n; ++j) acc = std::fma(s[j], vrow(j).at(i), acc);
     o[i] = acc * inv;
   }
 }
 
 void AttentionTasks(const AttentionArgs& a, int64_t i0, int64_t i1) {
   const int64_t D = a.D, group = a.H / a.Hkv;
+  const bool bf16 = a.kv == DType::BF16;
   thread_local std::vector<float> s, kv, scales;
-  thread_local std::vector<const float*> rows;  // f32 cache: keys 0..n-1 of row t, then values
+  thread_local std::vector<const void*> rows;  // f32/bf16 cache: keys 0..n-1 of row t, values
   int64_t rows_t = -1;
   for (int64_t i = i0; i < i1; ++i) {
     const int64_t t = i / a.H, h = i % a.H, hk = h / group, n = a.keys(t);
@@ -510,28 +521,39 @@ void AttentionTasks(const AttentionArgs& a, int64_t i0, int64_t i1) {
       const float* k = kv.data();
       const float* sc = scales.data();
       AttendRow(
-          q, D, n, a.scale, [&](int64_t j) { return k + j * D; },
-          [&](int64_t j) { return k + (n + j) * D; }, [&](int64_t j) { return sc[j]; },
+          q, D, n, a.scale, [&](int64_t j) { return RowF32{k + j * D}; },
+          [&](int64_t j) { return RowF32{k + (n + j) * D}; }, [&](int64_t j) { return sc[j]; },
           [&](int64_t j) { return sc[n + j]; }, s.data(), o);
-    } else {
-      if (rows_t != t) {  // where each key and value of row t starts (block by block)
-        rows.resize(size_t(2 * n));
-        for (int64_t j0 = 0; j0 < n; j0 += a.block_size) {
-          const float* k0 = a.key(t, j0);
-          const float* v0 = a.value(t, j0);
-          for (int64_t j = j0; j < std::min(n, j0 + a.block_size); ++j) {
-            rows[size_t(j)] = k0 + (j - j0) * a.Hkv * D;
-            rows[size_t(n + j)] = v0 + (j - j0) * a.Hkv * D;
-          }
+      continue;
+    }
+    if (rows_t != t) {  // where each key and value of row t starts (block by block)
+      rows.resize(size_t(2 * n));
+      for (int64_t j0 = 0; j0 < n; j0 += a.block_size) {
+        const int64_t step = a.Hkv * D * (bf16 ? 2 : 4);  // bytes of one position
+        const char* k0 = bf16 ? reinterpret_cast<const char*>(a.key_bf16(t, j0))
+                              : reinterpret_cast<const char*>(a.key(t, j0));
+        const char* v0 = bf16 ? reinterpret_cast<const char*>(a.value_bf16(t, j0))
+                              : reinterpret_cast<const char*>(a.value(t, j0));
+        for (int64_t j = j0; j < std::min(n, j0 + a.block_size); ++j) {
+          rows[size_t(j)] = k0 + (j - j0) * step;
+          rows[size_t(n + j)] = v0 + (j - j0) * step;
         }
-        rows_t = t;
       }
-      const float* const* r = rows.data();
-      const int64_t off = hk * D;
+      rows_t = t;
+    }
+    const void* const* r = rows.data();
+    const int64_t off = hk * D;
+    auto one = [](int64_t) { return 1.0f; };
+    if (bf16) {
+      auto row = [&](int64_t j) {
+        return RowBF16{static_cast<const hwy::bfloat16_t*>(r[j]) + off};
+      };
       AttendRow(
-          q, D, n, a.scale, [&](int64_t j) { return r[j] + off; },
-          [&](int64_t j) { return r[n + j] + off; }, [](int64_t) { return 1.0f; },
-          [](int64_t) { return 1.0f; }, s.data(), o);
+          q, D, n, a.scale, row, [&](int64_t j) { return row(n + j); }, one, one, s.data(), o);
+    } else {
+      auto row = [&](int64_t j) { return RowF32{static_cast<const float*>(r[j]) + off}; };
+      AttendRow(
+          q, D, n, a.scale, row, [&](int64_t j) { return row(n + j); }, one, one, s.data(), o);
     }
   }
 }

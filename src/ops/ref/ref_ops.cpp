@@ -120,11 +120,26 @@ void rope(float* x, int64_t T, int64_t heads, int64_t D, int64_t rot, const floa
 }
 
 // F8_E4M3 caches: a score is (Σ q·e4m3(k)) · s_k · scale and a value row is weighted by
-// e_j · s_v, so the codes enter the sums exactly and each scale costs one multiply.
+// e_j · s_v, so the codes enter the sums exactly and each scale costs one multiply. BF16
+// caches: the stored values, widened exactly, in the f32 arithmetic.
 void attention(const AttentionArgs& a) {
   const int64_t group = a.H / a.Hkv;
   const bool fp8 = a.kv == DType::F8_E4M3;
   std::vector<float> row(static_cast<size_t>(a.D));
+  auto widen = [&](const uint16_t* p) {
+    for (int64_t i = 0; i < a.D; ++i) row[size_t(i)] = bf16_to_f32(p[i]);
+    return row.data();
+  };
+  auto key = [&](int64_t t, int64_t j, int64_t hk) -> const float* {
+    if (fp8) return a.fp8_decode(a.k, t, j, hk, row.data());
+    if (a.kv == DType::BF16) return widen(a.key_bf16(t, j) + hk * a.D);
+    return a.key(t, j) + hk * a.D;
+  };
+  auto value = [&](int64_t t, int64_t j, int64_t hk) -> const float* {
+    if (fp8) return a.fp8_decode(a.v, t, j, hk, row.data());
+    if (a.kv == DType::BF16) return widen(a.value_bf16(t, j) + hk * a.D);
+    return a.value(t, j) + hk * a.D;
+  };
   for (int64_t t = 0; t < a.T; ++t) {
     const int64_t n_keys = a.keys(t);
     std::vector<float> s(static_cast<size_t>(n_keys));
@@ -133,7 +148,7 @@ void attention(const AttentionArgs& a) {
       const float* q = a.q + (t * a.H + h) * a.D;
       float m = -INFINITY;
       for (int64_t j = 0; j < n_keys; ++j) {
-        const float* k = fp8 ? a.fp8_decode(a.k, t, j, hk, row.data()) : a.key(t, j) + hk * a.D;
+        const float* k = key(t, j, hk);
         float d = 0.0f;
         for (int64_t i = 0; i < a.D; ++i) d += q[i] * k[i];
         if (fp8) d *= a.fp8_scale(a.k, t, j, hk);
@@ -148,7 +163,7 @@ void attention(const AttentionArgs& a) {
       float* o = static_cast<float*>(a.out) + (t * a.H + h) * a.D;
       for (int64_t i = 0; i < a.D; ++i) o[i] = 0.0f;
       for (int64_t j = 0; j < n_keys; ++j) {
-        const float* v = fp8 ? a.fp8_decode(a.v, t, j, hk, row.data()) : a.value(t, j) + hk * a.D;
+        const float* v = value(t, j, hk);
         const float w = fp8 ? s[size_t(j)] * a.fp8_scale(a.v, t, j, hk) : s[size_t(j)];
         for (int64_t i = 0; i < a.D; ++i) o[i] += w * v[i];
       }
