@@ -124,7 +124,7 @@ struct AttentionArgs {
     for (int64_t i = 0; i < D; ++i) out[i] = fp8_e4m3_to_f32(c[i]);
     return out;
   }
-  float fp8_scale(const void* base, int64_t t, int64_t j, int64_t hk) const {
+  const float& fp8_scale(const void* base, int64_t t, int64_t j, int64_t hk) const {
     const auto* s = reinterpret_cast<const float*>(static_cast<const uint8_t*>(base) +
                                                    fp8_block(t, j) + block_size * Hkv * D);
     return s[(j % block_size) * Hkv + hk];

@@ -258,5 +258,56 @@ TEST(OpsVsRef, PagedAttentionBf16CacheIsTheF32ArithmeticOnItsValues) {
   }
 }
 
+// An FP8 cache is read in place: the CPU kernel matches the scalar reference, and with every
+// scale 1/64 gives bitwise what it gives on an f32 cache of the decoded codes / 64 (random
+// codes: all 254 finite ones appear, subnormals included).
+TEST(OpsVsRef, PagedAttentionFp8CacheReadsEveryCodeInPlace) {
+  for (const int64_t D : {8, 20, 128}) {
+    const int64_t H = 4, Hkv = 2, bs = 4, n_blocks = 12, rows = n_blocks * bs * Hkv;
+    const size_t block = size_t(bs * Hkv * (D + 4));  // codes [bs, Hkv, D], scales [bs, Hkv]
+    std::vector<uint8_t> kc(size_t(n_blocks) * block), vc(kc.size());
+    std::vector<float> kf(size_t(rows * D)), vf(kf.size());
+    std::mt19937 gen{uint32_t(D)};
+    for (int64_t b = 0; b < n_blocks; ++b)
+      for (int64_t r = 0; r < bs * Hkv; ++r)
+        for (int kv = 0; kv < 2; ++kv) {
+          uint8_t* base = (kv ? vc : kc).data() + size_t(b) * block;
+          for (int64_t i = 0; i < D; ++i) {
+            uint8_t c;
+            do c = uint8_t(gen());
+            while ((c & 0x7f) == 0x7f);  // no NaN codes
+            base[r * D + i] = c;
+            (kv ? vf : kf)[size_t((b * bs * Hkv + r) * D + i)] = fp8_e4m3_to_f32(c) / 64.0f;
+          }
+          const float one = 1.0f / 64.0f;  // exact: same products as the f32 cache's, scaled
+          std::memcpy(base + bs * Hkv * D + r * 4, &one, 4);
+        }
+    const std::vector<int32_t> table = {5, 0, 11, 3, 8, 1, 9, 2, 7, 4};
+    std::vector<const int32_t*> tables;
+    std::vector<int64_t> pos;
+    for (int64_t p = 0; p < 40; p += 3) tables.push_back(table.data()), pos.push_back(p);
+    const int64_t T = int64_t(pos.size());
+    const auto q = randn(size_t(T * H * D), 24);
+    std::vector<float> f32(q.size(), NAN), f8(q.size(), NAN), r8(q.size());
+    AttentionArgs a;
+    a.q = q.data(), a.T = T, a.H = H, a.Hkv = Hkv, a.D = D, a.block_size = bs;
+    a.block_tables = tables.data(), a.pos = pos.data(), a.scale = 0.125f;
+    AttentionArgs b = a;
+    a.k = kf.data(), a.v = vf.data(), a.kv = DType::F32, a.out = f32.data();
+    b.k = kc.data(), b.v = vc.data(), b.kv = DType::F8_E4M3, b.out = f8.data();
+    auto be = cpu::make_cpu_backend(2);
+    be->attention(b);
+    AttentionArgs c = b;
+    c.out = r8.data();
+    ref::attention(c);
+    for (size_t i = 0; i < r8.size(); ++i)  // E4M3 values reach 448: scores of some size
+      ASSERT_NEAR(r8[i], f8[i], 1e-5f * std::max(1.0f, std::fabs(r8[i]))) << "D " << D;
+    // Scales of 1/64 against f32 values already divided by 64: 1/64 is a power of two, so the
+    // f32 cache's products are the FP8 cache's, each scaled exactly: bitwise the same outputs.
+    be->attention(a);
+    EXPECT_EQ(0, std::memcmp(f32.data(), f8.data(), f32.size() * 4)) << "D " << D;
+  }
+}
+
 }  // namespace
 }  // namespace basalt

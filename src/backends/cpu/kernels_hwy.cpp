@@ -242,10 +242,11 @@ struct RowFp8 {  // inner = e4m3(q) · s(k / B) (no scales: s = 1)
   // E4M3 → f16 by moving the bits (exponent and mantissa into f16's, bias 7 → 15 fixed by the
   // exact ×2^8 after widening; f16 subnormals hold E4M3's), then the hardware f16 → f32
   // conversion: equal to the table for every finite code (the NaN codes read as ±480).
-  HWY_INLINE hn::Vec<DF> load(DF d, int64_t k) const {
-    const hn::Rebind<uint16_t, DF> d16;
-    const hn::Rebind<hwy::float16_t, DF> dh;
-    const hn::Rebind<uint8_t, DF> d8;
+  template <class D>
+  HWY_INLINE hn::Vec<D> load(D d, int64_t k) const {
+    const hn::Rebind<uint16_t, D> d16;
+    const hn::Rebind<hwy::float16_t, D> dh;
+    const hn::Rebind<uint8_t, D> d8;
     const auto c = hn::PromoteTo(d16, hn::LoadU(d8, q + k));
     const auto bits = hn::Or(hn::ShiftLeft<7>(hn::And(c, hn::Set(d16, 0x7f))),
                              hn::ShiftLeft<8>(hn::And(c, hn::Set(d16, 0x80))));
@@ -498,45 +499,38 @@ HWY_INLINE void AttendRow(const float* q, int64_t D, int64_t n, float scale, Key
   }
 }
 
+// FP8 caches read the codes in place (RowFp8 without block scales: the exact E4M3 values, as
+// f32) and multiply each key's and value's scale in after its sum (AttendRow's kscale /
+// vscale): the arithmetic of the scalar reference. The kv_fp8_encode codes are never NaN.
 void AttentionTasks(const AttentionArgs& a, int64_t i0, int64_t i1) {
   const int64_t D = a.D, group = a.H / a.Hkv;
-  const bool bf16 = a.kv == DType::BF16;
-  thread_local std::vector<float> s, kv, scales;
-  thread_local std::vector<const void*> rows;  // f32/bf16 cache: keys 0..n-1 of row t, values
+  const bool fp8 = a.kv == DType::F8_E4M3, bf16 = a.kv == DType::BF16;
+  const int64_t elem = fp8 ? 1 : bf16 ? 2 : 4;  // bytes of one cached value
+  thread_local std::vector<float> s;
+  thread_local std::vector<const void*> rows;  // keys 0..n-1 of row t (head 0), then values
+  thread_local std::vector<const float*> sc;   // FP8: their scales (head 0)
   int64_t rows_t = -1;
   for (int64_t i = i0; i < i1; ++i) {
     const int64_t t = i / a.H, h = i % a.H, hk = h / group, n = a.keys(t);
     if (s.size() < size_t(n)) s.resize(size_t(n));
     const float* q = a.q + i * D;
     float* o = static_cast<float*>(a.out) + i * D;
-    if (a.kv == DType::F8_E4M3) {  // rows decoded to f32 once per task, scales applied as above
-      kv.resize(size_t(2 * n * D));
-      scales.resize(size_t(2 * n));
-      for (int64_t j = 0; j < n; ++j) {
-        a.fp8_decode(a.k, t, j, hk, kv.data() + j * D);
-        a.fp8_decode(a.v, t, j, hk, kv.data() + (n + j) * D);
-        scales[size_t(j)] = a.fp8_scale(a.k, t, j, hk);
-        scales[size_t(n + j)] = a.fp8_scale(a.v, t, j, hk);
-      }
-      const float* k = kv.data();
-      const float* sc = scales.data();
-      AttendRow(
-          q, D, n, a.scale, [&](int64_t j) { return RowF32{k + j * D}; },
-          [&](int64_t j) { return RowF32{k + (n + j) * D}; }, [&](int64_t j) { return sc[j]; },
-          [&](int64_t j) { return sc[n + j]; }, s.data(), o);
-      continue;
-    }
     if (rows_t != t) {  // where each key and value of row t starts (block by block)
       rows.resize(size_t(2 * n));
+      if (fp8) sc.resize(size_t(2 * n));
       for (int64_t j0 = 0; j0 < n; j0 += a.block_size) {
-        const int64_t step = a.Hkv * D * (bf16 ? 2 : 4);  // bytes of one position
-        const char* k0 = bf16 ? reinterpret_cast<const char*>(a.key_bf16(t, j0))
-                              : reinterpret_cast<const char*>(a.key(t, j0));
-        const char* v0 = bf16 ? reinterpret_cast<const char*>(a.value_bf16(t, j0))
-                              : reinterpret_cast<const char*>(a.value(t, j0));
-        for (int64_t j = j0; j < std::min(n, j0 + a.block_size); ++j) {
-          rows[size_t(j)] = k0 + (j - j0) * step;
-          rows[size_t(n + j)] = v0 + (j - j0) * step;
+        const int64_t step = a.Hkv * D * elem;  // bytes from one position to the next
+        for (int kv = 0; kv < 2; ++kv) {
+          const void* base = kv ? a.v : a.k;
+          const char* p0 =
+              fp8    ? reinterpret_cast<const char*>(a.fp8_codes(base, t, j0, 0))
+              : bf16 ? reinterpret_cast<const char*>(kv ? a.value_bf16(t, j0) : a.key_bf16(t, j0))
+                     : reinterpret_cast<const char*>(kv ? a.value(t, j0) : a.key(t, j0));
+          const float* s0 = fp8 ? &a.fp8_scale(base, t, j0, 0) : nullptr;
+          for (int64_t j = j0; j < std::min(n, j0 + a.block_size); ++j) {
+            rows[size_t(kv * n + j)] = p0 + (j - j0) * step;
+            if (fp8) sc[size_t(kv * n + j)] = s0 + (j - j0) * a.Hkv;
+          }
         }
       }
       rows_t = t;
@@ -544,7 +538,17 @@ void AttentionTasks(const AttentionArgs& a, int64_t i0, int64_t i1) {
     const void* const* r = rows.data();
     const int64_t off = hk * D;
     auto one = [](int64_t) { return 1.0f; };
-    if (bf16) {
+    if (fp8) {
+      const float* lut = scaled_tables().e4m3;
+      const float* const* sp = sc.data();
+      auto row = [&](int64_t j) {
+        return RowFp8{static_cast<const uint8_t*>(r[j]) + off, lut, nullptr, 1};
+      };
+      AttendRow(
+          q, D, n, a.scale, row, [&](int64_t j) { return row(n + j); },
+          [&](int64_t j) { return sp[j][hk]; }, [&](int64_t j) { return sp[n + j][hk]; }, s.data(),
+          o);
+    } else if (bf16) {
       auto row = [&](int64_t j) {
         return RowBF16{static_cast<const hwy::bfloat16_t*>(r[j]) + off};
       };
