@@ -222,12 +222,13 @@ class CpuBackend final : public HostBackend {
     ref::rope(x, T, heads, D, rot, cos, sin, style);
   }
 
-  // One task per (query row, head); each visits its keys 0..p in order (kernels_hwy.cpp), so
-  // the result of a query does not depend on which other rows (or sequences) share the pass.
+  // One task per (group of kAttnRowsPerTask rows, head); each row visits its keys 0..p in
+  // order (kernels_hwy.cpp), so the result of a query does not depend on which other rows (or
+  // sequences) share the pass or its task.
   // Blocks of tasks, about 8 per thread (later rows have more keys: claimed dynamically), fewer
   // where a block would have less than kMinTaskWork products to do.
   void attention(const AttentionArgs& a) override {
-    const int64_t n = a.T * a.H;
+    const int64_t n = (a.T + kAttnRowsPerTask - 1) / kAttnRowsPerTask * a.H;
     int64_t keys = 0;
     for (int64_t t = 0; t < a.T; ++t) keys += a.keys(t);
     const int64_t work = 2 * keys * a.H * a.D;

@@ -499,65 +499,200 @@ HWY_INLINE void AttendRow(const float* q, int64_t D, int64_t n, float scale, Key
   }
 }
 
+// Registers for accumulators: 32-register targets (AVX-512, NEON) take 4 query rows per score
+// tile and 16 value accumulators, 16-register ones (AVX2, SSE4) 2 rows and 8.
+#if (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3) || HWY_ARCH_ARM_A64
+constexpr int kAttnRowTile = 4, kAttnAccs = 16;
+#else
+constexpr int kAttnRowTile = 2, kAttnAccs = 8;
+#endif
+// Rows of one sequence that AttentionTasks runs through AttendRows together.
+constexpr int kAttnRows = kAttnRowsPerTask;
+
+// WeightedRowsChunk for R rows r: o_r[off, off + NV·L) = inv_r · Σ_j w_r[j] · v_j over j < n[r]
+// in j order. Keys j < m (every row has them) load each value vector once for the R rows; each
+// row's keys m..n[r]-1 follow on its own accumulators: per row the fma chain of
+// WeightedRowsChunk.
+template <int R, int NV, class ValueRow>
+HWY_INLINE void WeightedRowsChunkR(const float* w, int64_t ldw, int64_t m, const int64_t* n,
+                                   ValueRow vrow, int64_t off, const float* inv, float* o,
+                                   int64_t ldo) {
+  const DF d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  hn::Vec<DF> acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int u = 0; u < NV; ++u) acc[r][u] = hn::Zero(d);
+  for (int64_t j = 0; j < m; ++j) {
+    const auto v = vrow(j);
+    hn::Vec<DF> wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = hn::Set(d, w[r * ldw + j]);
+    for (int u = 0; u < NV; ++u) {
+      const auto x = v.load(d, off + u * L);
+      for (int r = 0; r < R; ++r) acc[r][u] = hn::MulAdd(wv[r], x, acc[r][u]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int64_t j = m; j < n[r]; ++j) {
+      const auto v = vrow(j);
+      const auto wv = hn::Set(d, w[r * ldw + j]);
+      for (int u = 0; u < NV; ++u) acc[r][u] = hn::MulAdd(wv, v.load(d, off + u * L), acc[r][u]);
+    }
+    const auto iv = hn::Set(d, inv[r]);
+    for (int u = 0; u < NV; ++u) hn::StoreU(hn::Mul(acc[r][u], iv), d, o + r * ldo + off + u * L);
+  }
+}
+
+// R query rows of one sequence and head (row r's query at q + r·ldq, its output at o + r·ldo,
+// its scores at s + r·lds) over keys 0..n[r]-1: AttendRow's arithmetic for every row, with the
+// keys all R rows have (j < m = min n) going through R-row tiles, so each of those keys and
+// values is loaded once for the R rows (a prompt's rows re-read the whole cache per row
+// otherwise). A tile's row count never changes a dot product's schedule (Tile), and each
+// row's value sums run in key order, so a row's bits do not depend on its neighbours.
+template <int R, class KeyRow, class ValueRow, class KScale, class VScale>
+HWY_INLINE void AttendRows(const float* q, int64_t ldq, int64_t D, const int64_t* n, float scale,
+                           KeyRow krow, ValueRow vrow, KScale kscale, VScale vscale, float* s,
+                           int64_t lds, float* o, int64_t ldo) {
+  const DF d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  int64_t m = n[0];
+  for (int r = 1; r < R; ++r) m = std::min(m, n[r]);
+  constexpr int kC = 6;
+  int64_t j = 0;
+  auto shared = [&](auto keys) {  // keys j .. j + C - 1 for every row
+    constexpr int C = decltype(keys)::value;
+    decltype(krow(0)) rows[C];
+    for (int c = 0; c < C; ++c) rows[c] = krow(j + c);
+    float dots[R * C];
+    for (int r0 = 0; r0 < R; r0 += kAttnRowTile)
+      WithCount<kAttnRowTile>(std::min(kAttnRowTile, R - r0), [&](auto nr) {
+        Tile<decltype(nr)::value, C>(q + r0 * ldq, ldq, rows, D, dots + r0 * C, C);
+      });
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) s[r * lds + j + c] = dots[r * C + c] * kscale(j + c) * scale;
+  };
+  for (; j + kC <= m; j += kC) shared(std::integral_constant<int, kC>());
+  WithCount<kC - 1>(m - j, shared);
+  float inv[R];
+  for (int r = 0; r < R; ++r) {
+    float* sr = s + r * lds;
+    auto own = [&](auto keys) {  // row r's keys j .. j + C - 1 past m
+      constexpr int C = decltype(keys)::value;
+      decltype(krow(0)) rows[C];
+      float dots[C];
+      for (int c = 0; c < C; ++c) rows[c] = krow(j + c);
+      Tile<1, C>(q + r * ldq, D, rows, D, dots, 1);
+      for (int c = 0; c < C; ++c) sr[j + c] = dots[c] * kscale(j + c) * scale;
+    };
+    for (j = m; j + kC <= n[r]; j += kC) own(std::integral_constant<int, kC>());
+    WithCount<kC - 1>(n[r] - j, own);
+    ExpMinusMax(sr, n[r]);
+    float sum = 0.0f;
+    for (j = 0; j < n[r]; ++j) {
+      sum += sr[j];
+      sr[j] *= vscale(j);
+    }
+    inv[r] = 1.0f / sum;
+  }
+  constexpr int kNV = kAttnAccs / R;
+  int64_t off = 0;
+  for (; off + kNV * L <= D; off += kNV * L)
+    WeightedRowsChunkR<R, kNV>(s, lds, m, n, vrow, off, inv, o, ldo);
+  WithCount<kNV - 1>((D - off) / L, [&](auto nv) {
+    WeightedRowsChunkR<R, decltype(nv)::value>(s, lds, m, n, vrow, off, inv, o, ldo);
+  });
+  for (int r = 0; r < R; ++r)
+    for (int64_t i = off + (D - off) / L * L; i < D; ++i) {  // dims past the last whole vector
+      float acc = 0.0f;
+      for (j = 0; j < n[r]; ++j) acc = std::fma(s[r * lds + j], vrow(j).at(i), acc);
+      o[r * ldo + i] = acc * inv[r];
+    }
+}
+
+// Tasks: (group of kAttnRows consecutive rows of the pass, head), i = g · H + h. Within a
+// group, runs of rows of one sequence (the same block table) go through AttendRows together,
+// single rows (decode, a batch of sequences, the narrow head dims) through AttendRow.
 // FP8 caches read the codes in place (RowFp8 without block scales: the exact E4M3 values, as
 // f32) and multiply each key's and value's scale in after its sum (AttendRow's kscale /
 // vscale): the arithmetic of the scalar reference. The kv_fp8_encode codes are never NaN.
 void AttentionTasks(const AttentionArgs& a, int64_t i0, int64_t i1) {
-  const int64_t D = a.D, group = a.H / a.Hkv;
+  const int64_t D = a.D, group = a.H / a.Hkv, HD = a.H * D;
   const bool fp8 = a.kv == DType::F8_E4M3, bf16 = a.kv == DType::BF16;
+  const bool narrow = D < int64_t(hn::Lanes(DF())) && (D == 8 || D == 4);
   const int64_t elem = fp8 ? 1 : bf16 ? 2 : 4;  // bytes of one cached value
   thread_local std::vector<float> s;
-  thread_local std::vector<const void*> rows;  // keys 0..n-1 of row t (head 0), then values
-  thread_local std::vector<const float*> sc;   // FP8: their scales (head 0)
-  int64_t rows_t = -1;
+  thread_local std::vector<const void*> kr, vr;   // keys / values 0..n-1 of a sequence (head 0)
+  thread_local std::vector<const float*> ks, vs;  // FP8: their scales (head 0)
+  const int32_t* built = nullptr;                 // the block table kr..vs were built for
+  int64_t built_n = 0;
   for (int64_t i = i0; i < i1; ++i) {
-    const int64_t t = i / a.H, h = i % a.H, hk = h / group, n = a.keys(t);
-    if (s.size() < size_t(n)) s.resize(size_t(n));
-    const float* q = a.q + i * D;
-    float* o = static_cast<float*>(a.out) + i * D;
-    if (rows_t != t) {  // where each key and value of row t starts (block by block)
-      rows.resize(size_t(2 * n));
-      if (fp8) sc.resize(size_t(2 * n));
-      for (int64_t j0 = 0; j0 < n; j0 += a.block_size) {
-        const int64_t step = a.Hkv * D * elem;  // bytes from one position to the next
-        for (int kv = 0; kv < 2; ++kv) {
-          const void* base = kv ? a.v : a.k;
-          const char* p0 =
-              fp8    ? reinterpret_cast<const char*>(a.fp8_codes(base, t, j0, 0))
-              : bf16 ? reinterpret_cast<const char*>(kv ? a.value_bf16(t, j0) : a.key_bf16(t, j0))
-                     : reinterpret_cast<const char*>(kv ? a.value(t, j0) : a.key(t, j0));
-          const float* s0 = fp8 ? &a.fp8_scale(base, t, j0, 0) : nullptr;
-          for (int64_t j = j0; j < std::min(n, j0 + a.block_size); ++j) {
-            rows[size_t(kv * n + j)] = p0 + (j - j0) * step;
-            if (fp8) sc[size_t(kv * n + j)] = s0 + (j - j0) * a.Hkv;
+    const int64_t g = i / a.H, h = i % a.H, hk = h / group;
+    const int64_t g0 = g * kAttnRows, g1 = std::min(a.T, g0 + kAttnRows);
+    for (int64_t t = g0; t < g1;) {
+      int64_t te = t + 1;  // rows t .. te-1: one sequence
+      while (te < g1 && a.block_tables[te] == a.block_tables[t]) ++te;
+      int64_t n[kAttnRows], nmax = 0;
+      for (int64_t r = t; r < te; ++r) n[r - t] = a.keys(r), nmax = std::max(nmax, n[r - t]);
+      if (built != a.block_tables[t] || built_n < nmax) {  // where each key and value starts
+        kr.resize(size_t(nmax)), vr.resize(size_t(nmax));
+        if (fp8) ks.resize(size_t(nmax)), vs.resize(size_t(nmax));
+        for (int64_t j0 = 0; j0 < nmax; j0 += a.block_size) {
+          const int64_t step = a.Hkv * D * elem;  // bytes from one position to the next
+          for (int kv = 0; kv < 2; ++kv) {
+            const void* base = kv ? a.v : a.k;
+            const char* p0 =
+                fp8    ? reinterpret_cast<const char*>(a.fp8_codes(base, t, j0, 0))
+                : bf16 ? reinterpret_cast<const char*>(kv ? a.value_bf16(t, j0) : a.key_bf16(t, j0))
+                       : reinterpret_cast<const char*>(kv ? a.value(t, j0) : a.key(t, j0));
+            const float* s0 = fp8 ? &a.fp8_scale(base, t, j0, 0) : nullptr;
+            for (int64_t j = j0; j < std::min(nmax, j0 + a.block_size); ++j) {
+              (kv ? vr : kr)[size_t(j)] = p0 + (j - j0) * step;
+              if (fp8) (kv ? vs : ks)[size_t(j)] = s0 + (j - j0) * a.Hkv;
+            }
           }
         }
+        built = a.block_tables[t], built_n = nmax;
       }
-      rows_t = t;
-    }
-    const void* const* r = rows.data();
-    const int64_t off = hk * D;
-    auto one = [](int64_t) { return 1.0f; };
-    if (fp8) {
-      const float* lut = scaled_tables().e4m3;
-      const float* const* sp = sc.data();
-      auto row = [&](int64_t j) {
-        return RowFp8{static_cast<const uint8_t*>(r[j]) + off, lut, nullptr, 1};
+      const int64_t rows = narrow ? 1 : te - t;  // the narrow path runs row by row
+      if (s.size() < size_t(kAttnRows * nmax)) s.resize(size_t(kAttnRows * nmax));
+      const void* const* kp = kr.data();
+      const void* const* vp = vr.data();
+      const int64_t off = hk * D;
+      auto run = [&](auto krow, auto vrow, auto kscale, auto vscale) {
+        for (int64_t r = t; r < te; r += rows) {
+          const float* q = a.q + r * HD + h * D;
+          float* o = static_cast<float*>(a.out) + r * HD + h * D;
+          if (rows == 1) {
+            AttendRow(q, D, n[r - t], a.scale, krow, vrow, kscale, vscale, s.data(), o);
+            continue;
+          }
+          WithCount<kAttnRows>(rows, [&](auto nr) {
+            AttendRows<decltype(nr)::value>(q, HD, D, n, a.scale, krow, vrow, kscale, vscale,
+                                            s.data(), nmax, o, HD);
+          });
+        }
       };
-      AttendRow(
-          q, D, n, a.scale, row, [&](int64_t j) { return row(n + j); },
-          [&](int64_t j) { return sp[j][hk]; }, [&](int64_t j) { return sp[n + j][hk]; }, s.data(),
-          o);
-    } else if (bf16) {
-      auto row = [&](int64_t j) {
-        return RowBF16{static_cast<const hwy::bfloat16_t*>(r[j]) + off};
-      };
-      AttendRow(
-          q, D, n, a.scale, row, [&](int64_t j) { return row(n + j); }, one, one, s.data(), o);
-    } else {
-      auto row = [&](int64_t j) { return RowF32{static_cast<const float*>(r[j]) + off}; };
-      AttendRow(
-          q, D, n, a.scale, row, [&](int64_t j) { return row(n + j); }, one, one, s.data(), o);
+      auto one = [](int64_t) { return 1.0f; };
+      if (fp8) {
+        const float* lut = scaled_tables().e4m3;
+        const float* const* ksp = ks.data();
+        const float* const* vsp = vs.data();
+        run(
+            [&](int64_t j) {
+              return RowFp8{static_cast<const uint8_t*>(kp[j]) + off, lut, nullptr, 1};
+            },
+            [&](int64_t j) {
+              return RowFp8{static_cast<const uint8_t*>(vp[j]) + off, lut, nullptr, 1};
+            },
+            [&](int64_t j) { return ksp[j][hk]; }, [&](int64_t j) { return vsp[j][hk]; });
+      } else if (bf16) {
+        run([&](int64_t j) { return RowBF16{static_cast<const hwy::bfloat16_t*>(kp[j]) + off}; },
+            [&](int64_t j) { return RowBF16{static_cast<const hwy::bfloat16_t*>(vp[j]) + off}; },
+            one, one);
+      } else {
+        run([&](int64_t j) { return RowF32{static_cast<const float*>(kp[j]) + off}; },
+            [&](int64_t j) { return RowF32{static_cast<const float*>(vp[j]) + off}; }, one, one);
+      }
+      t = te;
     }
   }
 }
