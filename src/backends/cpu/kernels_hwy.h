@@ -26,7 +26,7 @@ void quantize_acts_rows(const float* x, int64_t t0, int64_t t1, ref::Q8Acts& a);
 // g · kAttnRowsPerTask .. + kAttnRowsPerTask - 1 of the pass and head h (rows of one sequence
 // share each key and value load): scores with the matmul schedule, softmax in key order, values
 // summed in key order, per row the same whichever rows share its task.
-inline constexpr int kAttnRowsPerTask = 4;
+inline constexpr int kAttnRowsPerTask = 8;
 void attention_tasks(const AttentionArgs& a, int64_t i0, int64_t i1);
 // Rows [r0, r1) of x (n wide): x += delta first (when delta is not null), then
 // y = x / sqrt(mean(x²) + eps) · w, with one vector sum of squares per row (fixed per n).
