@@ -98,18 +98,11 @@ struct AttentionArgs {
   // The keys row t attends: 0 .. keys(t) - 1.
   int64_t keys(int64_t t) const { return (block_last >= 0 ? block_last : pos[t]) + 1; }
 
-  // Where key/value j of row t starts (host backends: f32 or bf16 caches, as kv says).
-  const float* key(int64_t t, int64_t j) const {
-    return static_cast<const float*>(k) + kv_offset(t, j);
-  }
-  const float* value(int64_t t, int64_t j) const {
-    return static_cast<const float*>(v) + kv_offset(t, j);
-  }
-  const uint16_t* key_bf16(int64_t t, int64_t j) const {
-    return static_cast<const uint16_t*>(k) + kv_offset(t, j);
-  }
-  const uint16_t* value_bf16(int64_t t, int64_t j) const {
-    return static_cast<const uint16_t*>(v) + kv_offset(t, j);
+  // Where position j of row t starts in the key (base k) or value (base v) cache, head 0 (head
+  // hk starts hk·D elements on): elements of kv's type, f32 or bf16, or F8_E4M3 codes.
+  const void* kv_row(const void* base, int64_t t, int64_t j) const {
+    if (kv == DType::F8_E4M3) return fp8_codes(base, t, j, 0);
+    return static_cast<const char*>(base) + kv_offset(t, j) * (kv == DType::BF16 ? 2 : 4);
   }
   int64_t kv_offset(int64_t t, int64_t j) const {
     return (int64_t(block_tables[t][j / block_size]) * block_size + j % block_size) * Hkv * D;
@@ -124,10 +117,14 @@ struct AttentionArgs {
     for (int64_t i = 0; i < D; ++i) out[i] = fp8_e4m3_to_f32(c[i]);
     return out;
   }
-  const float& fp8_scale(const void* base, int64_t t, int64_t j, int64_t hk) const {
+  float fp8_scale(const void* base, int64_t t, int64_t j, int64_t hk) const {
+    return fp8_scales(base, t, j)[hk];
+  }
+  // The scales of position j of row t, one per KV head.
+  const float* fp8_scales(const void* base, int64_t t, int64_t j) const {
     const auto* s = reinterpret_cast<const float*>(static_cast<const uint8_t*>(base) +
                                                    fp8_block(t, j) + block_size * Hkv * D);
-    return s[(j % block_size) * Hkv + hk];
+    return s + (j % block_size) * Hkv;
   }
   int64_t fp8_block(int64_t t, int64_t j) const {
     return int64_t(block_tables[t][j / block_size]) * block_size * Hkv * (D + 4);

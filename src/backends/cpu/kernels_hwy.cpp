@@ -393,24 +393,6 @@ void QuantizeActsRows(const float* x, int64_t t0, int64_t t1, ref::Q8Acts& a) {
   }
 }
 
-// o[0, D) = inv · Σ_j w[j] · v_j in j order, one fma per element and key: NV vectors of o at a
-// time stay in registers while the keys stream. vrow(j) is a row type (RowF32, RowBF16).
-template <int NV, class ValueRow>
-HWY_INLINE void WeightedRowsChunk(const float* w, int64_t n, ValueRow vrow, int64_t off, float inv,
-                                  float* o) {
-  const DF d;
-  const int64_t L = int64_t(hn::Lanes(d));
-  hn::Vec<DF> acc[NV];
-  for (int u = 0; u < NV; ++u) acc[u] = hn::Zero(d);
-  for (int64_t j = 0; j < n; ++j) {
-    const auto v = vrow(j);
-    const auto wv = hn::Set(d, w[j]);
-    for (int u = 0; u < NV; ++u) acc[u] = hn::MulAdd(wv, v.load(d, off + u * L), acc[u]);
-  }
-  const auto iv = hn::Set(d, inv);
-  for (int u = 0; u < NV; ++u) hn::StoreU(hn::Mul(acc[u], iv), d, o + off + u * L);
-}
-
 // s[j] = exp(s[j] - max s) for j < n: Highway's lane-wise exp, the last lanes through the same
 // vector function.
 HWY_INLINE void ExpMinusMax(float* s, int64_t n) {
@@ -429,11 +411,11 @@ HWY_INLINE void ExpMinusMax(float* s, int64_t n) {
   }
 }
 
-// AttendRow for a head dim of exactly N lanes narrower than the target's vectors (stories260K's
+// AttendRows for a head dim of exactly N lanes narrower than the target's vectors (stories260K's
 // 8 under AVX-512, where the full-width path found no whole vector and ran every dot and every
 // value element as scalar tails): each score is one N-lane product summed across its lanes
 // (SumOfLanes), and Σ_j p_j·vscale_j·v_j runs as one N-lane fma chain in key order, then × 1/sum.
-// The softmax is AttendRow's (ExpMinusMax). A fixed schedule per (row, head), whatever the pass.
+// The softmax is AttendRows' (ExpMinusMax). A fixed schedule per (row, head), whatever the pass.
 template <int N, class KeyRow, class ValueRow, class KScale, class VScale>
 HWY_INLINE void AttendRowNarrow(const float* q, int64_t n, float scale, KeyRow krow, ValueRow vrow,
                                 KScale kscale, VScale vscale, float* s, float* o) {
@@ -451,54 +433,6 @@ HWY_INLINE void AttendRowNarrow(const float* q, int64_t n, float scale, KeyRow k
   hn::StoreU(hn::Mul(acc, hn::Set(dn, 1.0f / sum)), dn, o);
 }
 
-// One (query row, head) of CpuBackend::attention over keys 0..n-1 (rows through krow/vrow as
-// row types: RowF32, or RowBF16 for a bf16 cache, whose values widen exactly, so the arithmetic
-// is the f32 cache's on the stored values; their scales through kscale/vscale: 1 for an f32
-// or bf16 cache, exact). Scores: dot products with the
-// matmul schedule (Tile, 1 × 6: one accumulator each, six chains), times the key's scale, times
-// `scale`; softmax with the maximum, exp (Highway's, lane-wise) and the sum in key order; then
-// Σ_j p_j·vscale_j·v_j in key order and one multiplication by 1/sum. Nothing depends on which
-// other rows share the pass.
-template <class KeyRow, class ValueRow, class KScale, class VScale>
-HWY_INLINE void AttendRow(const float* q, int64_t D, int64_t n, float scale, KeyRow krow,
-                          ValueRow vrow, KScale kscale, VScale vscale, float* s, float* o) {
-  const DF d;
-  const int64_t L = int64_t(hn::Lanes(d));
-  if (D < L && (D == 8 || D == 4)) {
-    if (D == 8) return AttendRowNarrow<8>(q, n, scale, krow, vrow, kscale, vscale, s, o);
-    return AttendRowNarrow<4>(q, n, scale, krow, vrow, kscale, vscale, s, o);
-  }
-  constexpr int kC = 6;
-  int64_t j = 0;
-  auto scores = [&](auto keys) {  // keys j .. j + C - 1 as one 1 × C tile
-    constexpr int C = decltype(keys)::value;
-    decltype(krow(0)) rows[C];
-    float dots[C];
-    for (int c = 0; c < C; ++c) rows[c] = krow(j + c);
-    Tile<1, C>(q, D, rows, D, dots, 1);
-    for (int c = 0; c < C; ++c) s[j + c] = dots[c] * kscale(j + c) * scale;
-  };
-  for (; j + kC <= n; j += kC) scores(std::integral_constant<int, kC>());
-  WithCount<kC - 1>(n - j, scores);
-  ExpMinusMax(s, n);
-  float sum = 0.0f;
-  for (j = 0; j < n; ++j) {
-    sum += s[j];
-    s[j] *= vscale(j);
-  }
-  const float inv = 1.0f / sum;
-  int64_t off = 0;
-  for (; off + 8 * L <= D; off += 8 * L) WeightedRowsChunk<8>(s, n, vrow, off, inv, o);
-  WithCount<7>((D - off) / L, [&](auto nv) {
-    WeightedRowsChunk<decltype(nv)::value>(s, n, vrow, off, inv, o);
-  });
-  for (int64_t i = off + (D - off) / L * L; i < D; ++i) {  // dims past the last whole vector
-    float acc = 0.0f;
-    for (j = 0; j < n; ++j) acc = std::fma(s[j], vrow(j).at(i), acc);
-    o[i] = acc * inv;
-  }
-}
-
 // Registers for accumulators: 32-register targets (AVX-512, NEON) take 4 query rows per score
 // tile and 16 value accumulators, 16-register ones (AVX2, SSE4) 2 rows and 8.
 #if (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3) || HWY_ARCH_ARM_A64
@@ -509,14 +443,14 @@ constexpr int kAttnRowTile = 2, kAttnAccs = 8;
 // Rows of one sequence that AttentionTasks runs through AttendRows together.
 constexpr int kAttnRows = kAttnRowsPerTask;
 
-// WeightedRowsChunk for R rows r: o_r[off, off + NV·L) = inv_r · Σ_j w_r[j] · v_j over j < n[r]
-// in j order. Keys j < m (every row has them) load each value vector once for the R rows; each
-// row's keys m..n[r]-1 follow on its own accumulators: per row the fma chain of
-// WeightedRowsChunk.
+// o_r[off, off + NV·L) = inv_r · Σ_j w_r[j] · v_j over j < n[r] in j order, one fma per element
+// and key, for R rows r (scores w_r at w + r·ldw, outputs at o + r·ldo); vrow(j) is a row type.
+// Keys j < m (every row has them) load each value vector once for the R rows; each row's keys
+// m..n[r]-1 follow on its own accumulators, so a row's chain is the same for any R.
 template <int R, int NV, class ValueRow>
-HWY_INLINE void WeightedRowsChunkR(const float* w, int64_t ldw, int64_t m, const int64_t* n,
-                                   ValueRow vrow, int64_t off, const float* inv, float* o,
-                                   int64_t ldo) {
+HWY_INLINE void WeightedRowsChunk(const float* w, int64_t ldw, int64_t m, const int64_t* n,
+                                  ValueRow vrow, int64_t off, const float* inv, float* o,
+                                  int64_t ldo) {
   const DF d;
   const int64_t L = int64_t(hn::Lanes(d));
   hn::Vec<DF> acc[R][NV];
@@ -542,12 +476,18 @@ HWY_INLINE void WeightedRowsChunkR(const float* w, int64_t ldw, int64_t m, const
   }
 }
 
-// R query rows of one sequence and head (row r's query at q + r·ldq, its output at o + r·ldo,
-// its scores at s + r·lds) over keys 0..n[r]-1: AttendRow's arithmetic for every row, with the
-// keys all R rows have (j < m = min n) going through R-row tiles, so each of those keys and
-// values is loaded once for the R rows (a prompt's rows re-read the whole cache per row
-// otherwise). A tile's row count never changes a dot product's schedule (Tile), and each
-// row's value sums run in key order, so a row's bits do not depend on its neighbours.
+// R query rows of one sequence and one head of CpuBackend::attention (row r's query at
+// q + r·ldq, its output at o + r·ldo, its scores at s + r·lds) over keys 0..n[r]-1. Keys and
+// values come through krow/vrow as row types: RowF32, RowBF16 for a bf16 cache (values widen
+// exactly: the f32 cache's arithmetic on the stored values) or RowFp8 for an FP8 cache; their
+// scales through kscale/vscale (1 for f32 and bf16). Per row: scores as dot products with the
+// matmul schedule (Tile: one accumulator per key), times the key's scale, times `scale`;
+// softmax with the maximum, exp (Highway's, lane-wise) and the sum in key order; then
+// Σ_j p_j·vscale_j·v_j in key order and one multiplication by 1/sum. The keys all R rows have
+// (j < m = min n) go through R-row tiles, so each of those keys and values is loaded once for
+// the R rows (a prompt's rows would re-read the whole cache per row otherwise); a tile's row
+// count never changes a dot product's schedule, so a row's bits do not depend on R or on its
+// neighbours.
 template <int R, class KeyRow, class ValueRow, class KScale, class VScale>
 HWY_INLINE void AttendRows(const float* q, int64_t ldq, int64_t D, const int64_t* n, float scale,
                            KeyRow krow, ValueRow vrow, KScale kscale, VScale vscale, float* s,
@@ -593,12 +533,12 @@ HWY_INLINE void AttendRows(const float* q, int64_t ldq, int64_t D, const int64_t
     }
     inv[r] = 1.0f / sum;
   }
-  constexpr int kNV = kAttnAccs / R;
+  constexpr int kNV = kAttnAccs / R > 0 ? kAttnAccs / R : 1;
   int64_t off = 0;
   for (; off + kNV * L <= D; off += kNV * L)
-    WeightedRowsChunkR<R, kNV>(s, lds, m, n, vrow, off, inv, o, ldo);
+    WeightedRowsChunk<R, kNV>(s, lds, m, n, vrow, off, inv, o, ldo);
   WithCount<kNV - 1>((D - off) / L, [&](auto nv) {
-    WeightedRowsChunkR<R, decltype(nv)::value>(s, lds, m, n, vrow, off, inv, o, ldo);
+    WeightedRowsChunk<R, decltype(nv)::value>(s, lds, m, n, vrow, off, inv, o, ldo);
   });
   for (int r = 0; r < R; ++r)
     for (int64_t i = off + (D - off) / L * L; i < D; ++i) {  // dims past the last whole vector
@@ -609,16 +549,17 @@ HWY_INLINE void AttendRows(const float* q, int64_t ldq, int64_t D, const int64_t
 }
 
 // Tasks: (group of kAttnRows consecutive rows of the pass, head), i = g · H + h. Within a
-// group, runs of rows of one sequence (the same block table) go through AttendRows together,
-// single rows (decode, a batch of sequences, the narrow head dims) through AttendRow.
+// group, each run of rows of one sequence (the same block table) goes through AttendRows
+// together (decode and a batch of sequences give runs of one row); head dims of 4 or 8 below
+// the vector width go row by row through AttendRowNarrow.
 // FP8 caches read the codes in place (RowFp8 without block scales: the exact E4M3 values, as
-// f32) and multiply each key's and value's scale in after its sum (AttendRow's kscale /
-// vscale): the arithmetic of the scalar reference. The kv_fp8_encode codes are never NaN.
+// f32) and multiply each key's and value's scale in after its sum (kscale / vscale): the
+// arithmetic of the scalar reference. The kv_fp8_encode codes are never NaN.
 void AttentionTasks(const AttentionArgs& a, int64_t i0, int64_t i1) {
   const int64_t D = a.D, group = a.H / a.Hkv, HD = a.H * D;
   const bool fp8 = a.kv == DType::F8_E4M3, bf16 = a.kv == DType::BF16;
   const bool narrow = D < int64_t(hn::Lanes(DF())) && (D == 8 || D == 4);
-  const int64_t elem = fp8 ? 1 : bf16 ? 2 : 4;  // bytes of one cached value
+  const int64_t step = a.Hkv * D * (fp8 ? 1 : bf16 ? 2 : 4);  // bytes from a position to the next
   thread_local std::vector<float> s;
   thread_local std::vector<const void*> kr, vr;   // keys / values 0..n-1 of a sequence (head 0)
   thread_local std::vector<const float*> ks, vs;  // FP8: their scales (head 0)
@@ -635,62 +576,59 @@ void AttentionTasks(const AttentionArgs& a, int64_t i0, int64_t i1) {
       if (built != a.block_tables[t] || built_n < nmax) {  // where each key and value starts
         kr.resize(size_t(nmax)), vr.resize(size_t(nmax));
         if (fp8) ks.resize(size_t(nmax)), vs.resize(size_t(nmax));
-        for (int64_t j0 = 0; j0 < nmax; j0 += a.block_size) {
-          const int64_t step = a.Hkv * D * elem;  // bytes from one position to the next
+        for (int64_t j0 = 0; j0 < nmax; j0 += a.block_size)  // positions of a block: contiguous
           for (int kv = 0; kv < 2; ++kv) {
             const void* base = kv ? a.v : a.k;
-            const char* p0 =
-                fp8    ? reinterpret_cast<const char*>(a.fp8_codes(base, t, j0, 0))
-                : bf16 ? reinterpret_cast<const char*>(kv ? a.value_bf16(t, j0) : a.key_bf16(t, j0))
-                       : reinterpret_cast<const char*>(kv ? a.value(t, j0) : a.key(t, j0));
-            const float* s0 = fp8 ? &a.fp8_scale(base, t, j0, 0) : nullptr;
+            const char* p0 = static_cast<const char*>(a.kv_row(base, t, j0));
+            const float* s0 = fp8 ? a.fp8_scales(base, t, j0) : nullptr;
             for (int64_t j = j0; j < std::min(nmax, j0 + a.block_size); ++j) {
               (kv ? vr : kr)[size_t(j)] = p0 + (j - j0) * step;
               if (fp8) (kv ? vs : ks)[size_t(j)] = s0 + (j - j0) * a.Hkv;
             }
           }
-        }
         built = a.block_tables[t], built_n = nmax;
       }
-      const int64_t rows = narrow ? 1 : te - t;  // the narrow path runs row by row
       if (s.size() < size_t(kAttnRows * nmax)) s.resize(size_t(kAttnRows * nmax));
+      const int64_t off = hk * D;
+      // make_row(p): the row type over the cached values at p, head hk.
       const void* const* kp = kr.data();
       const void* const* vp = vr.data();
-      const int64_t off = hk * D;
-      auto run = [&](auto krow, auto vrow, auto kscale, auto vscale) {
-        for (int64_t r = t; r < te; r += rows) {
-          const float* q = a.q + r * HD + h * D;
-          float* o = static_cast<float*>(a.out) + r * HD + h * D;
-          if (rows == 1) {
-            AttendRow(q, D, n[r - t], a.scale, krow, vrow, kscale, vscale, s.data(), o);
-            continue;
+      const float* const* ksp = ks.data();
+      const float* const* vsp = vs.data();
+      auto run = [&](auto make_row, auto kscale, auto vscale) {
+        auto krow = [&](int64_t j) { return make_row(kp[j]); };
+        auto vrow = [&](int64_t j) { return make_row(vp[j]); };
+        const float* q = a.q + t * HD + h * D;
+        float* o = static_cast<float*>(a.out) + t * HD + h * D;
+        if (narrow) {
+          for (int64_t r = 0; r < te - t; ++r) {
+            if (D == 8)
+              AttendRowNarrow<8>(q + r * HD, n[r], a.scale, krow, vrow, kscale, vscale, s.data(),
+                                 o + r * HD);
+            else
+              AttendRowNarrow<4>(q + r * HD, n[r], a.scale, krow, vrow, kscale, vscale, s.data(),
+                                 o + r * HD);
           }
-          WithCount<kAttnRows>(rows, [&](auto nr) {
-            AttendRows<decltype(nr)::value>(q, HD, D, n, a.scale, krow, vrow, kscale, vscale,
-                                            s.data(), nmax, o, HD);
-          });
+          return;
         }
+        WithCount<kAttnRows>(te - t, [&](auto nr) {
+          AttendRows<decltype(nr)::value>(q, HD, D, n, a.scale, krow, vrow, kscale, vscale,
+                                          s.data(), nmax, o, HD);
+        });
       };
       auto one = [](int64_t) { return 1.0f; };
       if (fp8) {
         const float* lut = scaled_tables().e4m3;
-        const float* const* ksp = ks.data();
-        const float* const* vsp = vs.data();
         run(
-            [&](int64_t j) {
-              return RowFp8{static_cast<const uint8_t*>(kp[j]) + off, lut, nullptr, 1};
-            },
-            [&](int64_t j) {
-              return RowFp8{static_cast<const uint8_t*>(vp[j]) + off, lut, nullptr, 1};
+            [&](const void* p) {
+              return RowFp8{static_cast<const uint8_t*>(p) + off, lut, nullptr, 1};
             },
             [&](int64_t j) { return ksp[j][hk]; }, [&](int64_t j) { return vsp[j][hk]; });
       } else if (bf16) {
-        run([&](int64_t j) { return RowBF16{static_cast<const hwy::bfloat16_t*>(kp[j]) + off}; },
-            [&](int64_t j) { return RowBF16{static_cast<const hwy::bfloat16_t*>(vp[j]) + off}; },
+        run([&](const void* p) { return RowBF16{static_cast<const hwy::bfloat16_t*>(p) + off}; },
             one, one);
       } else {
-        run([&](int64_t j) { return RowF32{static_cast<const float*>(kp[j]) + off}; },
-            [&](int64_t j) { return RowF32{static_cast<const float*>(vp[j]) + off}; }, one, one);
+        run([&](const void* p) { return RowF32{static_cast<const float*>(p) + off}; }, one, one);
       }
       t = te;
     }

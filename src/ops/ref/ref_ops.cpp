@@ -126,19 +126,15 @@ void attention(const AttentionArgs& a) {
   const int64_t group = a.H / a.Hkv;
   const bool fp8 = a.kv == DType::F8_E4M3;
   std::vector<float> row(static_cast<size_t>(a.D));
-  auto widen = [&](const uint16_t* p) {
-    for (int64_t i = 0; i < a.D; ++i) row[size_t(i)] = bf16_to_f32(p[i]);
-    return row.data();
-  };
-  auto key = [&](int64_t t, int64_t j, int64_t hk) -> const float* {
-    if (fp8) return a.fp8_decode(a.k, t, j, hk, row.data());
-    if (a.kv == DType::BF16) return widen(a.key_bf16(t, j) + hk * a.D);
-    return a.key(t, j) + hk * a.D;
-  };
-  auto value = [&](int64_t t, int64_t j, int64_t hk) -> const float* {
-    if (fp8) return a.fp8_decode(a.v, t, j, hk, row.data());
-    if (a.kv == DType::BF16) return widen(a.value_bf16(t, j) + hk * a.D);
-    return a.value(t, j) + hk * a.D;
+  // Head hk of key / value j of row t (base a.k or a.v) as f32 values.
+  auto row_of = [&](const void* base, int64_t t, int64_t j, int64_t hk) -> const float* {
+    if (fp8) return a.fp8_decode(base, t, j, hk, row.data());
+    if (a.kv == DType::BF16) {
+      const uint16_t* p = static_cast<const uint16_t*>(a.kv_row(base, t, j)) + hk * a.D;
+      for (int64_t i = 0; i < a.D; ++i) row[size_t(i)] = bf16_to_f32(p[i]);
+      return row.data();
+    }
+    return static_cast<const float*>(a.kv_row(base, t, j)) + hk * a.D;
   };
   for (int64_t t = 0; t < a.T; ++t) {
     const int64_t n_keys = a.keys(t);
@@ -148,7 +144,7 @@ void attention(const AttentionArgs& a) {
       const float* q = a.q + (t * a.H + h) * a.D;
       float m = -INFINITY;
       for (int64_t j = 0; j < n_keys; ++j) {
-        const float* k = key(t, j, hk);
+        const float* k = row_of(a.k, t, j, hk);
         float d = 0.0f;
         for (int64_t i = 0; i < a.D; ++i) d += q[i] * k[i];
         if (fp8) d *= a.fp8_scale(a.k, t, j, hk);
@@ -163,7 +159,7 @@ void attention(const AttentionArgs& a) {
       float* o = static_cast<float*>(a.out) + (t * a.H + h) * a.D;
       for (int64_t i = 0; i < a.D; ++i) o[i] = 0.0f;
       for (int64_t j = 0; j < n_keys; ++j) {
-        const float* v = value(t, j, hk);
+        const float* v = row_of(a.v, t, j, hk);
         const float w = fp8 ? s[size_t(j)] * a.fp8_scale(a.v, t, j, hk) : s[size_t(j)];
         for (int64_t i = 0; i < a.D; ++i) o[i] += w * v[i];
       }
