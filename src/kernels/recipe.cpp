@@ -107,7 +107,10 @@ Recipe recipe_parse(const std::string& text, const std::string& source) {
     x.shape.K = rd.get_or<int64_t>(e, "K", 0, where);
     x.shape.hkv = rd.get_or<int64_t>(e, "Hkv", 0, where);
     x.shape.ctx = rd.get_or<int64_t>(e, "ctx", 0, where);
-    if (x.shape.T < 0 || x.shape.N <= 0 || x.shape.K <= 0 || x.shape.hkv < 0 || x.shape.ctx < 0)
+    x.shape.experts = rd.get_or<int64_t>(e, "experts", 0, where);
+    x.shape.top_k = rd.get_or<int64_t>(e, "top_k", 0, where);
+    if (x.shape.T < 0 || x.shape.N <= 0 || x.shape.K <= 0 || x.shape.hkv < 0 || x.shape.ctx < 0 ||
+        x.shape.experts < 0 || x.shape.top_k < 0)
       fail("[recipe] {}: {} ({}) has a negative or missing size", source, where, x.shape.str());
     x.variant.name = rd.get<std::string>(e, "variant", where);
     x.variant.params = rd.get_or<KernelParams>(e, "params", {}, where);
@@ -145,6 +148,8 @@ std::string recipe_json(const Recipe& r) {
     x["K"] = e.shape.K;
     if (e.shape.hkv) x["Hkv"] = e.shape.hkv;
     if (e.shape.ctx) x["ctx"] = e.shape.ctx;
+    if (e.shape.experts) x["experts"] = e.shape.experts;
+    if (e.shape.top_k) x["top_k"] = e.shape.top_k;
     x["variant"] = e.variant.name;
     x["params"] = e.variant.params;
     x["time_us"] = std::round(e.time_us * 1000) / 1000;

@@ -14,7 +14,7 @@ namespace basalt {
 
 namespace {
 auto tie(const OpShape& s) {
-  return std::tie(s.op, s.dtype, s.T, s.N, s.K, s.hkv, s.ctx);
+  return std::tie(s.op, s.dtype, s.T, s.N, s.K, s.hkv, s.ctx, s.experts, s.top_k);
 }
 }  // namespace
 
@@ -30,6 +30,8 @@ std::string OpShape::str() const {
   if (op != "matmul_split") s += fmt::format(" T={}", T);
   if (op == "attention")
     s += fmt::format(" H={} Hkv={} D={} ctx={}", N, hkv, K, ctx);
+  else if (op == "moe")
+    s += fmt::format(" F={} E={} experts={} top_k={}", N, K, experts, top_k);
   else
     s += fmt::format(" N={} K={}", N, K);
   return s;

@@ -26,10 +26,13 @@ struct WeightRef;  // ops/backend.h
 //                 heads, K = D, hkv = KV heads; ctx = the context bucket: positions rounded up
 //                 to 64 · 2^k (the bucket a pass of largest position p falls in is
 //                 attention_ctx_bucket(p + 1))
+//   moe           dtype = the routed experts' kernel dtype; T rows of the pass; N = F (an
+//                 expert's intermediate size), K = E (hidden size); experts, top_k the routing
 struct OpShape {
   std::string op;
   std::string dtype;
   int64_t T = 0, N = 0, K = 0, hkv = 0, ctx = 0;
+  int64_t experts = 0, top_k = 0;  // moe only
 
   std::string str() const;  // "matmul bf16 T=1 N=4096 K=4096", for logs and errors
   friend bool operator<(const OpShape& a, const OpShape& b);

@@ -836,13 +836,14 @@ const basalt::OpKernels& op_kernels(const std::vector<basalt::OpKernels>& reg,
 void test_backend_variants() {
   auto be = bc::make_cuda_backend({});
   const auto reg = be->kernel_registry();
-  bool defaults = reg.size() == 3;
+  bool defaults = reg.size() == 4;
   for (const auto& o : reg) defaults &= !o.variants.empty() && o.variants[0].params.empty();
-  check(defaults, "registry: 3 ops, each with a default (no parameters) first");
+  check(defaults, "registry: 4 ops, each with a default (no parameters) first");
   const basalt::OpKernels& split = op_kernels(reg, "matmul_split");
   const basalt::OpKernels& mm = op_kernels(reg, "matmul");
   const basalt::OpKernels& at = op_kernels(reg, "attention");
-  check(split.changes_order && !mm.changes_order && !at.changes_order,
+  const basalt::OpKernels& moe = op_kernels(reg, "moe");
+  check(split.changes_order && !mm.changes_order && !at.changes_order && !moe.changes_order,
         "registry: only matmul_split changes the reduction order");
   const basalt::DeviceIdentity id = be->identity();
   check(id.backend == "cuda" && !id.name.empty() && id.match.count("cc") && id.match.count("sms") &&
@@ -1715,6 +1716,68 @@ void test_moe_plan() {
 // eagerly, records it the second time and replays it after. The recording of gdn and moe must
 // read slots, positions and routing from device memory: a replay with other slots and
 // positions (same T) follows them, and repeated runs give the same bits.
+// The moe op of the registry: run_variant's synthetic experts against the emulated ref, every
+// variant == the default bitwise, and a recipe's choice planned for its shape only.
+void test_backend_moe_variants() {
+  auto be = bc::make_cuda_backend({});
+  const auto reg = be->kernel_registry();
+  const basalt::OpKernels& moe = op_kernels(reg, "moe");
+  auto shape = [](int64_t T, int64_t F, int64_t E, int64_t n, int64_t k) {
+    basalt::OpShape s{"moe", "bf16", T, F, E, 0, 0};
+    s.experts = n, s.top_k = k;
+    return s;
+  };
+  {
+    const basalt::OpShape s = shape(5, 96, 264, 8, 3);
+    const basalt::VariantRun r = be->run_variant(s, moe.variants[0], 1, 2, true);
+    const bc::SynthMoe m = bc::synth_moe(s);
+    std::vector<std::vector<uint16_t>> wg(8), wu(8), wd(8);
+    auto u16 = [](const std::vector<uint8_t>& b) {
+      std::vector<uint16_t> v(b.size() / 2);
+      std::memcpy(v.data(), b.data(), b.size());
+      return v;
+    };
+    for (size_t e = 0; e < 8; ++e) {
+      const auto& st = m.sets[e % m.sets.size()];
+      wg[e] = u16(st.gate), wu[e] = u16(st.up), wd[e] = u16(st.down);
+    }
+    std::vector<int32_t> ids;
+    std::vector<float> w;
+    const auto want = moe_ref_bf16(m.x, m.router, wg, wu, wd, {5, 264, 96, 8, 3, true}, ids, w);
+    const double e = r.output.size() == want.size() ? row_err(r.output, want, 5, 264) : INFINITY;
+    bool timed = r.us.size() == 2;
+    for (double u : r.us) timed &= u > 0 && std::isfinite(u);
+    check(m.sets.size() == 4 && timed && e < 2e-3,
+          "run_variant " + s.str() + ": 2 timings, output vs emulated ref::moe " + fmt_err(e));
+  }
+  for (const basalt::OpShape& s : {shape(1, 768, 2048, 128, 8), shape(7, 96, 264, 8, 3),
+                                   shape(40, 512, 1024, 64, 8), shape(300, 64, 520, 4, 2)}) {
+    const auto want = be->run_variant(s, moe.variants[0], 1, 2, true).output;
+    bool ok = want.size() == size_t(s.T * s.K);
+    std::string names;
+    for (size_t i = 1; i < moe.variants.size(); ++i) {
+      const auto got = be->run_variant(s, moe.variants[i], 1, 2, true).output;
+      ok &= moe.supports(moe.variants[i], s) && got.size() == want.size() &&
+            same_bits(got.data(), want.data(), want.size() * 4);
+      names += " " + moe.variants[i].name;
+    }
+    check(ok, "run_variant " + s.str() + ":" + names + " == auto, bitwise");
+  }
+  basalt::OpShape bad = shape(1, 96, 264, 8, 9);  // top_k > experts
+  check(!moe.supports(moe.variants[0], bad) &&
+            !moe.supports(moe.variants[0], shape(1, 100, 264, 8, 2)) &&
+            bc::moe_plan({}, "bf16", 1, 96, 264, 8, 3) == bc::MatmulKernel::Auto,
+        "moe: top_k above the experts and F % 8 != 0 unsupported; no choices: auto");
+  basalt::KernelChoices c;
+  c.set(shape(3, 96, 264, 8, 3), moe.variants[1]);
+  be->set_kernel_choices(c);
+  check(be->kernel_choices().size() == 1 &&
+            bc::moe_plan(be->kernel_choices(), "bf16", 3, 96, 264, 8, 3) ==
+                bc::MatmulKernel::Rows16x32Deep &&
+            bc::moe_plan(be->kernel_choices(), "bf16", 4, 96, 264, 8, 3) == bc::MatmulKernel::Auto,
+        "moe: a recipe's choice is kept and planned for its shape only");
+}
+
 void test_backend_hybrid() {
   auto be = bc::make_cuda_backend({});
   auto dev_copy = [&](const void* h, size_t bytes) {
@@ -1891,6 +1954,7 @@ int main() {
   test_backend_scaled();
   test_matmul_kseg();
   test_backend_variants();
+  test_backend_moe_variants();
   test_attention({200, 8, 2, 128}, true);
   test_attention({150, 4, 4, 64}, true);
   test_attention({130, 4, 2, 32}, true);

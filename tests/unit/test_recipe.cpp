@@ -18,7 +18,7 @@ namespace {
 using kernels::Recipe;
 using kernels::RecipeEntry;
 
-// A registry like a GPU's: a bit-neutral op keyed with T and an order-changing one without.
+// A registry like a GPU's: bit-neutral ops keyed with T and an order-changing one without.
 std::vector<OpKernels> fake_registry() {
   OpKernels mm{"matmul", "tilings", false, {{"auto", {}}, {"rows16x16", {{"tiling", 2}}}}, {}};
   mm.supports = [](const KernelVariant& v, const OpShape& s) {
@@ -30,7 +30,12 @@ std::vector<OpKernels> fake_registry() {
       true,
       {{"rule", {}}, {"kseg1024", {{"kseg", 1024}}}},
       [](const KernelVariant& v, const OpShape& s) { return v.name == "rule" || s.K > 1024; }};
-  return {mm, split};
+  OpKernels moe{"moe",
+                "expert tilings",
+                false,
+                {{"auto", {}}, {"rows16x32deep", {{"tiling", 3}}}},
+                [](const KernelVariant&, const OpShape& s) { return s.experts >= s.top_k; }};
+  return {mm, split, moe};
 }
 
 Recipe sample() {
@@ -50,7 +55,12 @@ Recipe sample() {
   b.variant = {"kseg1024", {{"kseg", 1024}}};
   b.time_us = 40, b.default_us = 44;
   b.probes = {{1, 20, 21}, {512, 20, 23}};
-  r.entries = {a, b};
+  RecipeEntry c;  // the routed experts: keyed by their count and top-k too
+  c.shape = {"moe", "bf16", 3, 768, 2048};
+  c.shape.experts = 128, c.shape.top_k = 8;
+  c.variant = {"rows16x32deep", {{"tiling", 3}}};
+  c.time_us = 30, c.default_us = 31;
+  r.entries = {a, b, c};
   return r;
 }
 
@@ -78,8 +88,12 @@ TEST(Recipe, JsonRoundTrip) {
   EXPECT_TRUE(back.device.same_device(r.device));
   EXPECT_EQ(back.device.info, r.device.info);
   EXPECT_EQ(back.models, r.models);
-  ASSERT_EQ(back.entries.size(), 2u);
+  ASSERT_EQ(back.entries.size(), 3u);
   EXPECT_EQ(back.entries[0].shape, r.entries[0].shape);
+  EXPECT_EQ(back.entries[2].shape, r.entries[2].shape);
+  EXPECT_EQ(back.entries[2].shape.experts, 128);
+  EXPECT_EQ(back.entries[2].shape.top_k, 8);
+  EXPECT_EQ(back.entries[2].shape.str(), "moe bf16 T=3 F=768 E=2048 experts=128 top_k=8");
   EXPECT_EQ(back.entries[0].variant, r.entries[0].variant);
   EXPECT_DOUBLE_EQ(back.entries[0].default_us, 12.25);
   EXPECT_EQ(back.entries[1].shape.T, 0);
@@ -87,9 +101,13 @@ TEST(Recipe, JsonRoundTrip) {
   EXPECT_EQ(back.entries[1].probes[1].T, 512);
   EXPECT_EQ(kernels::recipe_json(back), text);
   const KernelChoices c = back.choices();
-  EXPECT_EQ(c.size(), 2u);
+  EXPECT_EQ(c.size(), 3u);
   EXPECT_EQ(c.param({"matmul", "bf16", 1, 4096, 4096}, "tiling", 0), 2);
   EXPECT_EQ(c.param({"matmul", "bf16", 2, 4096, 4096}, "tiling", 7), 7);  // not listed: default
+  OpShape other_k = r.entries[2].shape;
+  other_k.top_k = 4;  // another routing: not listed
+  EXPECT_EQ(c.param(r.entries[2].shape, "tiling", 0), 3);
+  EXPECT_EQ(c.param(other_k, "tiling", 0), 0);
   EXPECT_NO_THROW(kernels::recipe_check(back, fake_registry()));
 }
 
@@ -147,7 +165,7 @@ TEST(Recipe, WriteIsAtomicAndMergeKeepsOtherShapes) {
   newer.entries[0].variant = {"auto", {}};
   newer.models = {"other"};
   a.merge(newer);
-  ASSERT_EQ(a.entries.size(), 2u);
+  ASSERT_EQ(a.entries.size(), 3u);
   EXPECT_EQ(a.choices().find({"matmul", "bf16", 1, 4096, 4096})->name, "auto");
   EXPECT_NE(a.choices().find({"matmul_split", "nvfp4", 0, 14336, 4096}), nullptr);
   EXPECT_EQ(a.models, (std::vector<std::string>{"m", "other"}));

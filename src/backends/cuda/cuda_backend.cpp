@@ -613,13 +613,19 @@ class CudaBackend final : public Backend {
     a.norm_topk = m.norm_topk;
     const ExpertTable& tab = expert_table(m);
     a.gate = tab.dev(), a.up = tab.dev() + m.n_experts, a.down = tab.dev() + 2 * m.n_experts;
-    const size_t need = moe_workspace_bytes(m.T, m.E, m.F, m.n_experts, m.top_k);
+    moe_run(a, choices_.empty() ? MatmulKernel::Auto
+                                : moe_plan(choices_, "bf16", m.T, m.F, m.E, m.n_experts, m.top_k));
+  }
+  // The experts with tiling `k`, on the backend's workspace (moe and run_variant).
+  void moe_run(MoeKernelArgs& a, MatmulKernel k) {
+    const size_t need = moe_workspace_bytes(a.T, a.E, a.F, a.n_experts, a.top_k);
     grow(moe_ws_, moe_ws_bytes_, need, "moe");
     a.workspace = moe_ws_, a.workspace_bytes = moe_ws_bytes_;
+    a.kernel = k;
     op("moe", 0, 0, [&] { return cuda::moe(a, stream_); });
   }
 
-  // --- kernel variants and recipes (cuda_tune.h; MoE experts keep their defaults) -----------
+  // --- kernel variants and recipes (cuda_tune.h) ---------------------------------------------
   DeviceIdentity identity() const override { return device_identity(opt_.device); }
   std::vector<OpKernels> kernel_registry() const override {
     return cuda::kernel_registry(&choices_);
@@ -639,6 +645,7 @@ class CudaBackend final : public Backend {
     ops.attention = [this](const AttentionArgs& a, AttnKernel k) {
       attention_run(a, k, a.kv == DType::F8_E4M3);
     };
+    ops.moe = [this](MoeKernelArgs& a, MatmulKernel k) { moe_run(a, k); };
     return bench_.run(kernel_registry(), choices_, ops, opt_.device, stream_, shape, v, warmup,
                       reps, want_output);
   }

@@ -138,6 +138,17 @@ bool attention_supports(const KernelVariant& v, const OpShape& s) {
          attention_workspace_bytes(s.T, H, D, s.ctx) <= kSplitWsCap;
 }
 
+bool moe_supports(const KernelVariant& v, const OpShape& s) {
+  if (s.dtype != "bf16" || s.T < 1 || s.T > 0x7fffffff || s.N <= 0 || s.K <= 0 || s.N % 8 ||
+      s.K % 8 || s.N > 0x7fffffff || s.K > 0x7fffffff || s.experts < 1 ||
+      s.experts > kMoeMaxExperts || s.top_k < 1 || s.top_k > s.experts || s.top_k > kMoeMaxTopK ||
+      (s.N + 31) / 32 > 65535 || (s.K + 31) / 32 > 65535)
+    return false;
+  const int64_t tiling = v.param("tiling", 0);
+  return v.params.empty() ||
+         (v.params.size() == 1 && tiling == int64_t(MatmulKernel::Rows16x32Deep));
+}
+
 // --- synthetic values: splitmix64 of (seed, index), so every buffer is a fixed function of the
 // shape, generated in one pass (an LM head's 1 GiB in well under a second).
 uint64_t mix(uint64_t z) {
@@ -225,7 +236,7 @@ DeviceIdentity device_identity(int device) {
 }
 
 std::vector<OpKernels> kernel_registry(const KernelChoices* in_force) {
-  std::vector<OpKernels> reg(3);
+  std::vector<OpKernels> reg(4);
   OpKernels& split = reg[0];
   split.op = "matmul_split";
   split.doc =
@@ -271,6 +282,15 @@ std::vector<OpKernels> kernel_registry(const KernelChoices* in_force) {
                  {"fused", {{"kernel", int64_t(AttnKernel::Fused)}}},
                  {"split", {{"kernel", int64_t(AttnKernel::Split)}}}};
   at.supports = attention_supports;
+
+  OpKernels& moe = reg[3];
+  moe.op = "moe";
+  moe.doc =
+      "the routed experts' tiling (moe_matmul: auto = rows16x32, k-stage 128 x 4; rows16x32deep: "
+      "256 x 6); segments as matmul_bf16's rule for the expert shape. Same bits";
+  moe.variants = {{"auto", {}},
+                  {"rows16x32deep", {{"tiling", int64_t(MatmulKernel::Rows16x32Deep)}}}};
+  moe.supports = moe_supports;
   return reg;
 }
 
@@ -287,6 +307,14 @@ AttnKernel attention_plan(const KernelChoices& c, const std::string& kv, int64_t
                           int64_t D, int64_t Hkv, int64_t ctx) {
   if (c.empty()) return AttnKernel::Auto;
   return AttnKernel(c.param({"attention", kv, T, H, D, Hkv, ctx}, "kernel", 0));
+}
+
+MatmulKernel moe_plan(const KernelChoices& c, const std::string& dtype, int64_t T, int64_t F,
+                      int64_t E, int64_t experts, int64_t top_k) {
+  if (c.empty()) return MatmulKernel::Auto;
+  OpShape s{"moe", dtype, T, F, E, 0, 0};
+  s.experts = experts, s.top_k = top_k;
+  return MatmulKernel(c.param(s, "tiling", 0));
 }
 
 KernelChoices usable_choices(const KernelChoices& c, const std::vector<OpKernels>& reg) {
@@ -412,6 +440,36 @@ SynthAttention synth_attention(const OpShape& s) {
   return a;
 }
 
+namespace {
+std::vector<float> moe_router(int64_t T, int64_t experts) {
+  std::vector<float> r(size_t(T * experts));
+  fill_f32(r.data(), r.size(), seed_of("router", {experts}), -4.0f, 4.0f);
+  return r;
+}
+std::vector<SynthMoe::Set> moe_sets(int64_t F, int64_t E, int64_t experts) {
+  const size_t n = size_t(F) * size_t(E);
+  std::vector<SynthMoe::Set> sets(size_t(std::min<int64_t>(experts, 4)));
+  for (size_t i = 0; i < sets.size(); ++i) {
+    SynthMoe::Set& st = sets[i];
+    st.gate.resize(2 * n), st.up.resize(2 * n), st.down.resize(2 * n);
+    fill_bf16(st.gate.data(), n, seed_of("moe-gate", {F, E, int64_t(i)}));
+    fill_bf16(st.up.data(), n, seed_of("moe-up", {F, E, int64_t(i)}));
+    fill_bf16(st.down.data(), n, seed_of("moe-down", {E, F, int64_t(i)}));
+  }
+  return sets;
+}
+}  // namespace
+
+SynthMoe synth_moe(const OpShape& s) {
+  if (!moe_supports({"auto", {}}, s)) fail("[cuda] no moe of {} to run", s.str());
+  SynthMoe m;
+  m.T = s.T, m.F = s.N, m.E = s.K, m.experts = s.experts, m.top_k = s.top_k;
+  m.x = synth_x(m.T, m.E);
+  m.router = moe_router(m.T, m.experts);
+  m.sets = moe_sets(m.F, m.E, m.experts);
+  return m;
+}
+
 // --- run_variant -----------------------------------------------------------------------------
 
 void VariantBench::Buf::reserve(size_t n) {
@@ -432,7 +490,9 @@ void VariantBench::Buf::release() {
 }
 
 VariantBench::~VariantBench() {
-  for (Buf* b : {&w_, &x_, &y_, &y_first_, &kv_, &q_, &out_, &out_first_}) b->release();
+  for (Buf* b : {&w_, &x_, &y_, &y_first_, &kv_, &q_, &out_, &out_first_, &experts_,
+                 &expert_tables_, &router_})
+    b->release();
 }
 
 void VariantBench::matmul_inputs(const OpShape& s, size_t rotate, cudaStream_t st) {
@@ -464,6 +524,7 @@ void VariantBench::matmul_inputs(const OpShape& s, size_t rotate, cudaStream_t s
   }
   if (x_T_ != T || x_K_ != K) {
     x_T_ = x_K_ = -1;
+    router_key_.clear();  // (moe_inputs keeps its x in x_ too)
     const std::vector<uint16_t> x = synth_x(T, K);
     x_.reserve(x.size() * 2);
     check(cudaMemcpyAsync(x_.p, x.data(), x.size() * 2, cudaMemcpyHostToDevice, st),
@@ -519,6 +580,63 @@ void VariantBench::attention_inputs(const OpShape& s, size_t rotate, cudaStream_
   }
 }
 
+void VariantBench::moe_inputs(const OpShape& s, size_t rotate, cudaStream_t st) {
+  const std::string key = fmt::format("{} {} {} {}", s.dtype, s.N, s.K, s.experts);
+  const int64_t F = s.N, E = s.K, n = s.experts;
+  if (key != moe_key_) {  // every expert's matrices, in rotated copies of the whole set
+    moe_key_.clear();
+    if (!moe_supports({"auto", {}}, s)) fail("[cuda] no moe of {} to run", s.str());
+    const std::vector<SynthMoe::Set> sets = moe_sets(F, E, n);
+    const size_t mat = align256(size_t(F * E) * 2), stride = 3 * mat;  // gate | up | down
+    const size_t copy = stride * size_t(n);
+    const size_t copies = std::max<size_t>(1, std::min(rotate / copy + 1, kRotateCap / copy));
+    experts_.reserve(copies * copy);
+    auto* base = static_cast<uint8_t*>(experts_.p);
+    for (size_t i = 0; i < sets.size(); ++i) {
+      const std::vector<uint8_t>* m[3] = {&sets[i].gate, &sets[i].up, &sets[i].down};
+      for (size_t j = 0; j < 3; ++j)
+        check(cudaMemcpyAsync(base + i * stride + j * mat, m[j]->data(), m[j]->size(),
+                              cudaMemcpyHostToDevice, st),
+              "run_variant: expert upload");
+    }
+    // Expert e = set e % sets: doubling copies of whole periods, then the set into each copy.
+    for (size_t have = sets.size(); have < size_t(n); have *= 2)
+      check(cudaMemcpyAsync(base + have * stride, base, std::min(have, size_t(n) - have) * stride,
+                            cudaMemcpyDeviceToDevice, st),
+            "run_variant: expert copies");
+    replicate(base, copy, copies, st);
+    std::vector<const void*> tab(copies * 3 * size_t(n));
+    for (size_t c = 0; c < copies; ++c)
+      for (size_t e = 0; e < size_t(n); ++e)
+        for (size_t m = 0; m < 3; ++m)
+          tab[(c * 3 + m) * size_t(n) + e] = base + c * copy + e * stride + m * mat;
+    expert_tables_.reserve(tab.size() * sizeof(void*));
+    check(cudaMemcpyAsync(expert_tables_.p, tab.data(), tab.size() * sizeof(void*),
+                          cudaMemcpyHostToDevice, st),
+          "run_variant: expert tables");
+    check(cudaStreamSynchronize(st), "run_variant: upload");
+    moe_copies_ = int64_t(copies);
+    moe_key_ = key;
+  }
+  const std::string rkey = fmt::format("{} {} {}", s.T, n, E);
+  if (rkey != router_key_) {  // x (in x_, which matmul_inputs then uploads again) and the router
+    router_key_.clear();
+    x_T_ = x_K_ = -1;
+    const std::vector<uint16_t> x = synth_x(s.T, E);
+    const std::vector<float> router = moe_router(s.T, n);
+    router_.reserve(router.size() * 4);
+    x_.reserve(x.size() * 2);
+    check(cudaMemcpyAsync(router_.p, router.data(), router.size() * 4, cudaMemcpyHostToDevice, st),
+          "run_variant: router upload");
+    check(cudaMemcpyAsync(x_.p, x.data(), x.size() * 2, cudaMemcpyHostToDevice, st),
+          "run_variant: x upload");
+    check(cudaStreamSynchronize(st), "run_variant: upload");
+    router_key_ = rkey;
+  }
+  y_.reserve(size_t(s.T * E) * 4);
+  y_first_.reserve(size_t(s.T * E) * 4);
+}
+
 VariantRun VariantBench::run(const std::vector<OpKernels>& reg, const KernelChoices& in_force,
                              const VariantOps& ops, int device, cudaStream_t s,
                              const OpShape& shape, const KernelVariant& v, int warmup, int reps,
@@ -568,6 +686,32 @@ VariantRun VariantBench::run(const std::vector<OpKernels>& reg, const KernelChoi
       check(cudaStreamSynchronize(s), "run_variant: output");
       r.output.resize(o.size());
       for (size_t i = 0; i < o.size(); ++i) r.output[i] = bf16_to_f32(o[i]);
+    }
+    return r;
+  }
+
+  if (shape.op == "moe") {
+    moe_inputs(shape, rotate, s);
+    const auto tiling = MatmulKernel(v.param("tiling", 0));
+    const int64_t n = shape.experts;
+    r.us = time_launches(s, warmup, reps, [&](int i, bool first) {
+      const auto* tab = static_cast<const bf16_bits* const*>(expert_tables_.p) +
+                        size_t(i % moe_copies_) * 3 * size_t(n);
+      MoeKernelArgs a;
+      a.x = static_cast<const bf16_bits*>(x_.p);
+      a.router = static_cast<const float*>(router_.p);
+      a.out = static_cast<float*>(first ? y_first_.p : y_.p);
+      a.T = shape.T, a.E = shape.K, a.F = shape.N, a.n_experts = n, a.top_k = shape.top_k;
+      a.norm_topk = true;
+      a.gate = tab, a.up = tab + n, a.down = tab + 2 * n;
+      ops.moe(a, tiling);
+    });
+    if (want_output) {
+      r.output.resize(size_t(shape.T * shape.K));
+      check(cudaMemcpyAsync(r.output.data(), y_first_.p, r.output.size() * 4,
+                            cudaMemcpyDeviceToHost, s),
+            "run_variant: output");
+      check(cudaStreamSynchronize(s), "run_variant: output");
     }
     return r;
   }

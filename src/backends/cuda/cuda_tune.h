@@ -7,6 +7,8 @@
 //   matmul_split  changes_order: the split-K segment length of a weight shape (T = 0 in keys)
 //   matmul        same bits: bf16 tilings, or the scaled path and fused stage shape, per T
 //   attention     same bits: the fused or the split-KV kernel, per (T, heads, ctx bucket)
+//   moe           same bits: the routed experts' tiling (moe_matmul), per (T, expert shape,
+//                 experts, top_k)
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -46,6 +48,9 @@ MatmulPlan matmul_plan(const KernelChoices& c, const std::string& dtype, int64_t
 // or "fp8").
 AttnKernel attention_plan(const KernelChoices& c, const std::string& kv, int64_t T, int64_t H,
                           int64_t D, int64_t Hkv, int64_t ctx);
+// The routed experts' tiling for a moe pass of T rows (experts F × E, bf16), Auto where unlisted.
+MatmulKernel moe_plan(const KernelChoices& c, const std::string& dtype, int64_t T, int64_t F,
+                      int64_t E, int64_t experts, int64_t top_k);
 // The choices of `c` this backend can run: each must name a registered variant (name and
 // parameters) whose supports() accepts its shape. Others are dropped with a warning, so a
 // stale or foreign recipe costs speed, never a failure in the middle of a pass.
@@ -81,6 +86,19 @@ struct SynthAttention {
   size_t block_bytes() const;
 };
 SynthAttention synth_attention(const OpShape& s);
+// moe of shape s (op "moe"): x bf16 [T, E] as synth_x(T, E); router logits f32 [T, experts] in
+// [-4, 4); expert e's matrices are set e % sets.size() (sets = min(experts, 4) distinct ones:
+// gate and up bf16 [F, E], down [E, F], values as synthetic bf16 weights').
+struct SynthMoe {
+  int64_t T = 0, E = 0, F = 0, experts = 0, top_k = 0;
+  std::vector<uint16_t> x;
+  std::vector<float> router;
+  struct Set {
+    std::vector<uint8_t> gate, up, down;  // bf16 bits
+  };
+  std::vector<Set> sets;
+};
+SynthMoe synth_moe(const OpShape& s);
 
 // --- run_variant --------------------------------------------------------------------------
 // How the backend runs one call with an explicit choice (the same code its passes run).
@@ -89,6 +107,8 @@ struct VariantOps {
       matmul;
   std::function<void(const PassRows&)> begin_pass;
   std::function<void(const AttentionArgs&, AttnKernel)> attention;  // a.kv: the cache's type
+  // a's workspace is the backend's (set by the call)
+  std::function<void(MoeKernelArgs&, MatmulKernel)> moe;
 };
 
 // The device buffers of run_variant, the last matmul and attention shape's kept (a tuner times
@@ -119,6 +139,7 @@ class VariantBench {
   };
   void matmul_inputs(const OpShape& s, size_t rotate, cudaStream_t st);
   void attention_inputs(const OpShape& s, size_t rotate, cudaStream_t st);
+  void moe_inputs(const OpShape& s, size_t rotate, cudaStream_t st);
 
   // matmul: the weight copies, x, y (first rep and the others)
   std::string w_key_;
@@ -134,6 +155,11 @@ class VariantBench {
   std::vector<int64_t> pos_, table_sizes_;
   std::vector<int32_t> ids_, table_;
   std::vector<const int32_t*> tables_;
+  // moe: rotated copies of every expert's matrices, their pointer tables [copy][gate | up |
+  // down][expert], x as matmul's, the router logits
+  std::string moe_key_, router_key_;
+  Buf experts_, expert_tables_, router_;
+  int64_t moe_copies_ = 0;
 };
 
 // Microseconds of launch(i, i == warmup) for i = warmup .. warmup + reps - 1, device events
