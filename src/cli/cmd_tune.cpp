@@ -25,14 +25,53 @@ struct TuneArgs {
   int64_t decode_max = 16;
   std::vector<int64_t> prefill;  // default: 512, 2048 on CUDA; 128 on the CPU
   std::vector<int64_t> ctx = {512, 2048, 8192, 32768};
-  bool no_merge = false, quiet = false;
+  bool no_merge = false, quiet = false, only_missing = false, verify = false;
 };
+
+// `tune --verify`: the recipe at `path` re-measured on this device (kernels::verify).
+int run_verify(Backend& be, const TuneArgs& a, const std::string& path) {
+  const DeviceIdentity id = be.identity();
+  if (!std::filesystem::exists(path)) fail("[tune] --verify: no recipe at {}", path);
+  const kernels::Recipe r = kernels::recipe_read(path);
+  if (!r.device.same_device(id))
+    fail("[tune] --verify: {} is for {}, not {}", path, r.device.str(), id.str());
+  kernels::recipe_check(r, be.kernel_registry());
+  kernels::TuneOptions opt;
+  opt.budget_s = a.budget_s;
+  opt.progress = !a.quiet;
+  if (id.backend == "cpu") opt.warmup = 2;
+  const kernels::VerifyReport rep = kernels::verify(be, r, opt);
+  std::printf("%-56s %-16s %10s %10s %7s\n", "shape", "variant", "tuned us", "default us", "gain");
+  std::map<std::string, std::array<double, 3>> per;  // shapes, tuned us, default us
+  int slower = 0;
+  for (const kernels::VerifyRow& v : rep.rows) {
+    const double gain = 1.0 - v.tuned_us / v.default_us;
+    std::printf("%-56s %-16s %10.1f %10.1f %6.1f%%%s\n", v.entry.shape.str().c_str(),
+                v.entry.variant.name.c_str(), v.tuned_us, v.default_us, 100.0 * gain,
+                gain < -0.01 ? "  SLOWER" : "");
+    slower += gain < -0.01;
+    auto& p = per[v.entry.shape.op];
+    p[0] += 1, p[1] += v.tuned_us, p[2] += v.default_us;
+  }
+  for (const auto& [op, p] : per)
+    std::printf("  %-14s %4.0f choices: %10.1f us tuned vs %10.1f us default (%.3fx)\n", op.c_str(),
+                p[0], p[1], p[2], p[1] > 0 ? p[2] / p[1] : 1.0);
+  std::printf(
+      "%zu of the recipe's %d entries choose another variant than the default; re-measured, %d "
+      "%s more than 1 %% slower than the default\n",
+      rep.rows.size(), rep.entries, slower, slower == 1 ? "is" : "are");
+  for (const std::string& x : rep.skipped) std::fprintf(stderr, "[tune] skipped: %s\n", x.c_str());
+  std::fprintf(stderr, "[tune] verified %zu choices of %s in %.1f s%s\n", rep.rows.size(),
+               path.c_str(), rep.elapsed_s,
+               rep.budget_hit ? " (budget reached: the rest were not re-measured)" : "");
+  return 0;
+}
 
 // The op shapes `m` runs on `be`: each matmul weight at the decode row counts 1..decode_max
 // (verification passes of speculative decoding are such passes too) and at the prefill chunks
 // (the LM head only at decode counts: a prompt pass takes the logits of its last row), its
-// matmul_split once per weight shape, and attention at every row count and context bucket that
-// can hold it.
+// matmul_split once per weight shape, attention at every row count and context bucket that
+// can hold it, and the routed experts (moe) at every row count.
 std::vector<OpShape> model_shapes(const Model& m, const Backend& be, const TuneArgs& a,
                                   const std::vector<int64_t>& prefill) {
   std::set<std::pair<std::string, std::pair<int64_t, int64_t>>> mats, heads;
@@ -61,6 +100,18 @@ std::vector<OpShape> model_shapes(const Model& m, const Backend& be, const TuneA
         out.push_back({"matmul", dt, T, nk.first, nk.second});
     }
   const ModelConfig& c = m.config();
+  // Routed experts: the moe op at every row count, per distinct expert shape and routing.
+  std::set<std::pair<std::string, std::array<int64_t, 4>>> moes;
+  for (const LayerWeights& L : w.layers)
+    if (!L.ex_gate.empty() && L.ex_gate[0].data)
+      moes.insert({be.kernel_dtype(L.ex_gate[0]),
+                   {L.ex_gate[0].rows, L.ex_gate[0].cols, int64_t(L.ex_gate.size()), c.moe.top_k}});
+  for (const auto& [dt, fe] : moes)
+    for (int64_t T : all) {
+      OpShape s{"moe", dt, T, fe[0], fe[1], 0, 0};
+      s.experts = fe[2], s.top_k = fe[3];
+      out.push_back(s);
+    }
   if (c.n_attention_layers() > 0) {
     const DType kv = be.kv_dtype();
     const std::string kvn = kv == DType::F8_E4M3 ? "fp8" : kv == DType::BF16 ? "bf16" : "f32";
@@ -90,12 +141,28 @@ int run_tune(const TuneArgs& a) {
                  be->name().c_str());
     return 0;
   }
+  if (a.verify) return run_verify(*be, a, a.out.empty() ? kernels::recipe_default_path(id) : a.out);
   std::unique_ptr<Model> model = model_load(a.model);
   std::vector<OpShape> shapes = model_shapes(*model, *be, a, prefill);
+  const std::string out = a.out.empty() ? kernels::recipe_default_path(id) : a.out;
+  kernels::TuneOptions opt;
+  if (a.only_missing) {  // the shapes `out` does not list, timed under its choices
+    if (a.no_merge) fail("[tune] --only-missing tunes into the existing recipe: drop --no-merge");
+    if (std::filesystem::exists(out)) {
+      const kernels::Recipe old = kernels::recipe_read(out);
+      if (!old.device.same_device(id))
+        fail("[tune] --only-missing: {} is for {}, not this device", out, old.device.str());
+      const KernelChoices have = old.choices();
+      const size_t all = shapes.size();
+      std::erase_if(shapes, [&](const OpShape& s) { return have.find(s) != nullptr; });
+      std::fprintf(stderr, "[tune] %s lists %zu of the model's %zu op shapes\n", out.c_str(),
+                   all - shapes.size(), all);
+      opt.base = have;
+    }
+  }
   std::fprintf(stderr, "[tune] %s on %s: %zu op shapes, budget %.0f s\n",
                model_label(a.model).c_str(), id.str().c_str(), shapes.size(), a.budget_s);
 
-  kernels::TuneOptions opt;
   opt.budget_s = a.budget_s;
   opt.progress = !a.quiet;
   // CPU timings of small shapes are noisy (2 cores shared with the OS): more repetitions and a
@@ -107,7 +174,6 @@ int run_tune(const TuneArgs& a) {
                                               : std::filesystem::path(a.model).filename().string());
 
   // Merge into the file's recipe for this device (another model's shapes are kept).
-  const std::string out = a.out.empty() ? kernels::recipe_default_path(id) : a.out;
   kernels::Recipe recipe = rep.recipe;
   if (!a.no_merge && std::filesystem::exists(out)) {
     try {
@@ -193,6 +259,11 @@ Runner add_tune(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str();
   sc->add_flag("--no-merge", a->no_merge, "Replace the output file instead of merging");
+  sc->add_flag("--only-missing", a->only_missing,
+               "Tune only the shapes the output recipe does not list yet, under its choices");
+  sc->add_flag("--verify", a->verify,
+               "Re-measure the output recipe's choices against the defaults (no tuning; -m "
+               "unused)");
   sc->add_flag("-q,--quiet", a->quiet, "No progress bar");
   return [a] { return run_tune(*a); };
 }

@@ -110,8 +110,8 @@ TuneReport tune(Backend& be, std::vector<OpShape> shapes, const TuneOptions& opt
   rep.recipe.device = be.identity();
   rep.recipe.created = utc_now();
   rep.shapes_total = int(shapes.size());
-  be.set_kernel_choices({});
-  KernelChoices choices;
+  be.set_kernel_choices(opt.base);
+  KernelChoices choices = opt.base;
 
   Progress bar(int(shapes.size()), opt.budget_s, opt.progress);
   // One variant at one shape: a short first run sizes the repetitions to about rep_time_s.
@@ -222,8 +222,74 @@ TuneReport tune(Backend& be, std::vector<OpShape> shapes, const TuneOptions& opt
     bar.step(elapsed(), s.str());
   }
   bar.finish();
-  // The recipe's choices, complete (the bit-neutral ones too), in force from now on.
-  be.set_kernel_choices(rep.recipe.choices());
+  // The recipe's choices, complete (the bit-neutral ones too), over the base, in force from now
+  // on.
+  KernelChoices done = opt.base;
+  const KernelChoices tuned = rep.recipe.choices();
+  for (const auto& [shape, v] : tuned.all()) done.set(shape, v);
+  be.set_kernel_choices(done);
+  rep.elapsed_s = elapsed();
+  return rep;
+}
+
+VerifyReport verify(Backend& be, const Recipe& r, const TuneOptions& opt) {
+  const auto t0 = Clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  const std::vector<OpKernels> reg = be.kernel_registry();
+  VerifyReport rep;
+  rep.entries = int(r.entries.size());
+  be.set_kernel_choices(r.choices());
+  std::vector<const RecipeEntry*> todo;
+  for (const RecipeEntry& e : r.entries) {
+    auto k = std::find_if(reg.begin(), reg.end(),
+                          [&](const OpKernels& o) { return o.op == e.shape.op; });
+    if (k == reg.end()) {
+      rep.skipped.push_back(e.shape.str() + ": no such op on this backend");
+      continue;
+    }
+    if (!(e.variant == k->variants[0])) todo.push_back(&e);
+  }
+  Progress bar(int(todo.size()), opt.budget_s, opt.progress);
+  auto time = [&](const OpShape& s, const KernelVariant& v) {
+    const VariantRun first = be.run_variant(s, v, opt.warmup, 1, false);
+    const double one = std::max(first.us.empty() ? 1.0 : first.us[0], 1.0);
+    const int reps = std::clamp(int(opt.rep_time_s * 1e6 / one), 3, std::max(opt.reps, 3));
+    return median(be.run_variant(s, v, 0, reps, false).us);
+  };
+  for (const RecipeEntry* e : todo) {
+    if (elapsed() > opt.budget_s) {
+      rep.budget_hit = true;
+      break;
+    }
+    const OpKernels& k = *std::find_if(reg.begin(), reg.end(),
+                                       [&](const OpKernels& o) { return o.op == e->shape.op; });
+    std::vector<int64_t> at;
+    if (k.changes_order) {
+      for (const RecipeProbe& p : e->probes) at.push_back(p.T);
+      if (at.empty()) at = opt.split_probe_T;
+    } else {
+      at.push_back(e->shape.T);
+    }
+    VerifyRow row;
+    row.entry = *e;
+    try {
+      for (int64_t T : at) {
+        OpShape s = e->shape;
+        s.T = T;
+        const double d1 = time(s, k.variants[0]), c1 = time(s, e->variant);
+        const double d2 = time(s, k.variants[0]), c2 = time(s, e->variant);
+        row.default_us += std::min(d1, d2);
+        row.tuned_us += std::min(c1, c2);
+      }
+    } catch (const Error& x) {
+      rep.skipped.push_back(x.what());
+      bar.step(elapsed(), e->shape.str());
+      continue;
+    }
+    rep.rows.push_back(std::move(row));
+    bar.step(elapsed(), e->shape.str());
+  }
+  bar.finish();
   rep.elapsed_s = elapsed();
   return rep;
 }

@@ -30,6 +30,9 @@ struct TuneOptions {
   double min_gain = 0.01;    // a variant must beat the default by this fraction
   std::vector<int64_t> split_probe_T = {1, 512};
   bool progress = true;  // a progress bar on stderr (a line per 10 % when not a terminal)
+  // Choices in force while tuning (an earlier recipe's, when only its missing shapes are tuned):
+  // shapes are timed under them, and the backend holds them plus the new entries' at the end.
+  KernelChoices base;
 };
 
 struct TuneReport {
@@ -43,7 +46,25 @@ struct TuneReport {
 };
 
 // Tunes `shapes` (matmul_split shapes with T = 0; the rest with their T) on `be`. The backend's
-// choices are reset first and hold the tuned recipe's when this returns.
+// choices are set to opt.base first and hold opt.base plus the tuned recipe's when this returns.
 TuneReport tune(Backend& be, std::vector<OpShape> shapes, const TuneOptions& opt);
+
+// A fresh measurement of a recipe's choices, not the one that picked them: every entry whose
+// variant is not its op's default is timed against the default under all of the recipe's
+// choices, alternating (default, choice, default, choice; each side keeps its faster median).
+// matmul_split entries are timed at their probes' row counts (opt.split_probe_T where they have
+// none) and compared by sums.
+struct VerifyRow {
+  RecipeEntry entry;
+  double tuned_us = 0, default_us = 0;
+};
+struct VerifyReport {
+  std::vector<VerifyRow> rows;
+  int entries = 0;                   // the recipe's entries (the default chosen in most)
+  std::vector<std::string> skipped;  // entries this backend could not time, and why
+  double elapsed_s = 0;
+  bool budget_hit = false;
+};
+VerifyReport verify(Backend& be, const Recipe& r, const TuneOptions& opt);
 
 }  // namespace basalt::kernels
