@@ -2,8 +2,12 @@
 
 #include <httplib.h>
 
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 
 #include "core/error.h"
 #include "server/api.h"
@@ -57,21 +61,34 @@ HttpServer::HttpServer(ServerContext& ctx) : ctx_(ctx), svr_(std::make_unique<ht
   svr_->set_read_timeout(30, 0);
   svr_->set_write_timeout(30, 0);
   svr_->set_tcp_nodelay(true);
+  // The listening socket, to raise its backlog once bound (bind()).
+  svr_->set_socket_options([this](socket_t sock) {
+    httplib::default_socket_options(sock);
+    if (!bound_) listen_fd_ = int(sock);
+  });
   routes();
 }
 
 HttpServer::~HttpServer() = default;
 
 int HttpServer::bind() {
-  if (ctx_.opt.port == 0) {
-    const int p = svr_->bind_to_any_port(ctx_.opt.host);
-    if (p <= 0) fail("[serve] cannot bind to {} (any port)", ctx_.opt.host);
-    return p;
-  }
-  if (!svr_->bind_to_port(ctx_.opt.host, ctx_.opt.port))
+  int port = ctx_.opt.port;
+  if (port == 0) {
+    port = svr_->bind_to_any_port(ctx_.opt.host);
+    if (port <= 0) fail("[serve] cannot bind to {} (any port)", ctx_.opt.host);
+  } else if (!svr_->bind_to_port(ctx_.opt.host, port)) {
     fail("[serve] cannot bind to {}:{} (in use, or not an address of this machine)", ctx_.opt.host,
-         ctx_.opt.port);
-  return ctx_.opt.port;
+         port);
+  }
+  bound_ = true;
+  // cpp-httplib (Debian's build) listens with a backlog of 5: a burst of clients connecting
+  // at once (64 agents, a load test) overflows it and the kernel drops or resets the
+  // connections beyond it while the accept loop catches up. listen() on a listening socket
+  // sets a new backlog (capped by net.core.somaxconn).
+  if (listen_fd_ >= 0 && ::listen(listen_fd_, kListenBacklog) != 0)
+    fail("[serve] listen backlog {} on {}:{}: {}", kListenBacklog, ctx_.opt.host, port,
+         std::strerror(errno));
+  return port;
 }
 
 void HttpServer::run() {

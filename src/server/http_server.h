@@ -13,6 +13,7 @@ class Server;
 namespace basalt::server {
 
 constexpr size_t kMaxBodyBytes = 8u << 20;  // larger bodies get 413
+constexpr int kListenBacklog = 1024;        // pending connections the kernel queues
 
 class HttpServer {
  public:
@@ -27,6 +28,8 @@ class HttpServer {
   void routes();
   ServerContext& ctx_;
   std::unique_ptr<httplib::Server> svr_;
+  int listen_fd_ = -1;  // the listening socket (set while binding)
+  bool bound_ = false;
 };
 
 }  // namespace basalt::server

@@ -119,6 +119,41 @@ def test_sigterm_shuts_down_gracefully():
     assert "shutting down" in s.log()
 
 
+def test_connection_burst_is_queued_not_dropped():
+    """64 clients connecting at once while the accept loop cannot run (the process stopped):
+    the kernel completes every handshake into the listen queue (cpp-httplib's own backlog of
+    5 would hold 6 and drop the rest), and each connection is served once the server runs."""
+    import select
+    import socket
+    s = Server()
+    socks = []
+    try:
+        s.proc.send_signal(signal.SIGSTOP)
+        for _ in range(CONCURRENT_STREAMS):
+            c = socket.socket()
+            c.setblocking(False)
+            c.connect_ex(("127.0.0.1", s.port))
+            socks.append(c)
+        pending, deadline = set(socks), time.time() + 2
+        while pending and time.time() < deadline:
+            _, ready, _ = select.select([], list(pending), [], 0.2)
+            pending -= set(ready)
+        connected = [c for c in socks
+                     if c not in pending and c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0]
+        assert len(connected) == CONCURRENT_STREAMS
+    finally:
+        s.proc.send_signal(signal.SIGCONT)
+    for c in socks:
+        c.setblocking(True)
+        c.settimeout(30)
+        c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    for c in socks:
+        assert c.recv(64).startswith(b"HTTP/1.1 200")
+        c.close()
+    s.stop()
+    assert s.proc.returncode == 0, s.log()
+
+
 def test_env_and_run(server):
     out = subprocess.run([str(basalt_bin()), "env", "--url", server.url], capture_output=True,
                          text=True, timeout=30)
