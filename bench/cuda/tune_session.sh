@@ -47,8 +47,9 @@ for spec in ${MODELS:-llama-3.1-8b llama-3.1-8b-nvfp4}; do
     for i in 1 2 3; do
       for flag in "" --no-autotune; do
         t0=$(date +%s.%N)
-        $B/basalt serve -m $M --device cuda --port 8125 $flag > /tmp/start.log 2>&1 &
-        for j in $(seq 600); do
+        $B/basalt serve -m $M --device cuda --port 8125 --max-context 4096 $flag \
+          > /tmp/start.log 2>&1 &
+        for j in $(seq 300); do
           python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8125/health')" \
             2> /dev/null && break
           sleep 0.1
@@ -56,6 +57,7 @@ for spec in ${MODELS:-llama-3.1-8b llama-3.1-8b-nvfp4}; do
         echo "$n serve start-up ${flag:-recipe}: $(python3 -c "print(round($(date +%s.%N) - $t0, 2))") s"
         grep -m1 "recipe" /tmp/start.log
         kill %1; wait
+        cp /tmp/start.log "$OUT/start_last.log"
       done
     done | tee -a "$OUT/start.txt"
   fi
