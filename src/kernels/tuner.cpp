@@ -81,8 +81,18 @@ class Progress {
 
 struct Timed {
   double median_us = 0;
-  std::vector<float> out;
+  std::vector<float> out;  // the first run's output
 };
+
+// One variant at one shape: a short first run (with its output) sizes the repetitions to about
+// opt.rep_time_s.
+Timed time_variant(Backend& be, const OpShape& s, const KernelVariant& v, const TuneOptions& opt) {
+  VariantRun first = be.run_variant(s, v, opt.warmup, 1, true);
+  const double one = std::max(first.us.empty() ? 1.0 : first.us[0], 1.0);
+  const int reps = std::clamp(int(opt.rep_time_s * 1e6 / one), 3, std::max(opt.reps, 3));
+  const VariantRun r = be.run_variant(s, v, 0, reps, false);
+  return Timed{median(r.us), std::move(first.output)};
+}
 
 }  // namespace
 
@@ -114,14 +124,9 @@ TuneReport tune(Backend& be, std::vector<OpShape> shapes, const TuneOptions& opt
   KernelChoices choices = opt.base;
 
   Progress bar(int(shapes.size()), opt.budget_s, opt.progress);
-  // One variant at one shape: a short first run sizes the repetitions to about rep_time_s.
-  auto time_variant = [&](const OpShape& s, const KernelVariant& v) {
-    VariantRun first = be.run_variant(s, v, opt.warmup, 1, true);
-    const double one = std::max(first.us.empty() ? 1.0 : first.us[0], 1.0);
-    const int reps = std::clamp(int(opt.rep_time_s * 1e6 / one), 3, std::max(opt.reps, 3));
-    VariantRun r = be.run_variant(s, v, 0, reps, false);
+  auto timed = [&](const OpShape& s, const KernelVariant& v) {
     ++rep.variants_timed;
-    return Timed{median(r.us), std::move(first.output)};
+    return time_variant(be, s, v, opt);
   };
   // The median of every candidate at one shape (cands[0] the default; excluded ones keep 0 and
   // ok = false). Each output must be the default's bit for bit (`exact`) or within 1e-4 of it.
@@ -132,12 +137,12 @@ TuneReport tune(Backend& be, std::vector<OpShape> shapes, const TuneOptions& opt
   auto measure = [&](const OpShape& at, const std::vector<const KernelVariant*>& cands,
                      std::vector<bool>& ok, bool exact) {
     std::vector<double> us(cands.size(), 0.0);
-    const Timed def = time_variant(at, *cands[0]);
+    const Timed def = timed(at, *cands[0]);
     const std::string where =
         fmt::format("{}{}", at.str(), exact ? "" : fmt::format(" at T={}", at.T));
     for (size_t c = 1; c < cands.size(); ++c) {
       if (!ok[c]) continue;
-      const Timed m = time_variant(at, *cands[c]);
+      const Timed m = timed(at, *cands[c]);
       if (exact ? !same_bits(def.out, m.out) : !close(def.out, m.out, 1e-4)) {
         ok[c] = false;
         rep.rejected.push_back(fmt::format(
@@ -147,7 +152,7 @@ TuneReport tune(Backend& be, std::vector<OpShape> shapes, const TuneOptions& opt
       }
       us[c] = m.median_us;
     }
-    const Timed again = time_variant(at, *cands[0]);
+    const Timed again = timed(at, *cands[0]);
     if (!same_bits(def.out, again.out))
       rep.rejected.push_back(fmt::format("{}: the default gives other bits run to run", where));
     us[0] = std::min(def.median_us, again.median_us);
@@ -239,32 +244,23 @@ VerifyReport verify(Backend& be, const Recipe& r, const TuneOptions& opt) {
   VerifyReport rep;
   rep.entries = int(r.entries.size());
   be.set_kernel_choices(r.choices());
-  std::vector<const RecipeEntry*> todo;
+  std::vector<std::pair<const RecipeEntry*, const OpKernels*>> todo;  // the non-default choices
   for (const RecipeEntry& e : r.entries) {
     auto k = std::find_if(reg.begin(), reg.end(),
                           [&](const OpKernels& o) { return o.op == e.shape.op; });
-    if (k == reg.end()) {
+    if (k == reg.end())
       rep.skipped.push_back(e.shape.str() + ": no such op on this backend");
-      continue;
-    }
-    if (!(e.variant == k->variants[0])) todo.push_back(&e);
+    else if (!(e.variant == k->variants[0]))
+      todo.push_back({&e, &*k});
   }
   Progress bar(int(todo.size()), opt.budget_s, opt.progress);
-  auto time = [&](const OpShape& s, const KernelVariant& v) {
-    const VariantRun first = be.run_variant(s, v, opt.warmup, 1, false);
-    const double one = std::max(first.us.empty() ? 1.0 : first.us[0], 1.0);
-    const int reps = std::clamp(int(opt.rep_time_s * 1e6 / one), 3, std::max(opt.reps, 3));
-    return median(be.run_variant(s, v, 0, reps, false).us);
-  };
-  for (const RecipeEntry* e : todo) {
+  for (const auto& [e, k] : todo) {
     if (elapsed() > opt.budget_s) {
       rep.budget_hit = true;
       break;
     }
-    const OpKernels& k = *std::find_if(reg.begin(), reg.end(),
-                                       [&](const OpKernels& o) { return o.op == e->shape.op; });
     std::vector<int64_t> at;
-    if (k.changes_order) {
+    if (k->changes_order) {
       for (const RecipeProbe& p : e->probes) at.push_back(p.T);
       if (at.empty()) at = opt.split_probe_T;
     } else {
@@ -276,10 +272,13 @@ VerifyReport verify(Backend& be, const Recipe& r, const TuneOptions& opt) {
       for (int64_t T : at) {
         OpShape s = e->shape;
         s.T = T;
-        const double d1 = time(s, k.variants[0]), c1 = time(s, e->variant);
-        const double d2 = time(s, k.variants[0]), c2 = time(s, e->variant);
-        row.default_us += std::min(d1, d2);
-        row.tuned_us += std::min(c1, c2);
+        double d[2], c[2];
+        for (int i = 0; i < 2; ++i) {
+          d[i] = time_variant(be, s, k->variants[0], opt).median_us;
+          c[i] = time_variant(be, s, e->variant, opt).median_us;
+        }
+        row.default_us += std::min(d[0], d[1]);
+        row.tuned_us += std::min(c[0], c[1]);
       }
     } catch (const Error& x) {
       rep.skipped.push_back(x.what());

@@ -53,7 +53,7 @@ TuneReport tune(Backend& be, std::vector<OpShape> shapes, const TuneOptions& opt
 // variant is not its op's default is timed against the default under all of the recipe's
 // choices, alternating (default, choice, default, choice; each side keeps its faster median).
 // matmul_split entries are timed at their probes' row counts (opt.split_probe_T where they have
-// none) and compared by sums.
+// none) and compared by sums. The backend holds r's choices when this returns.
 struct VerifyRow {
   RecipeEntry entry;
   double tuned_us = 0, default_us = 0;
