@@ -16,14 +16,19 @@ export BASALT_RECIPE_DIR=$OUT/recipes
 # What an entry point would run before this call tunes anything (the shipped recipe, if any).
 $B/basalt info --recipes --device cuda > "$OUT/info.txt" 2>&1
 grep "^recipe:" "$OUT/info.txt"
-[ -n "${RECIPE_IN:-}" ] && cp "$RECIPE_IN" "$OUT/recipes/"
+# tune merges into RECIPE_IN's copy whatever its file name (else into the device's default file).
+TUNE_OUT=()
+if [ -n "${RECIPE_IN:-}" ]; then
+  cp "$RECIPE_IN" "$OUT/recipes/"
+  TUNE_OUT=(--out "$OUT/recipes/$(basename "$RECIPE_IN")")
+fi
 gpu_tests
 for spec in ${MODELS:-llama-3.1-8b llama-3.1-8b-nvfp4}; do
   model_dir $spec
   n=$(basename $M)
   # (Few files: the device returns at most 8 from $OUT.)
   if [ "${SKIP_TUNE:-0}" != 1 ]; then
-    step $B/basalt tune -m $M --device cuda --budget-s ${BUDGET:-120} -q \
+    step $B/basalt tune -m $M --device cuda --budget-s ${BUDGET:-120} -q "${TUNE_OUT[@]}" \
       $([ "${MISSING:-0}" = 1 ] && echo --only-missing) >> "$OUT/tune.txt" 2>&1
     tail -n 3 "$OUT/tune.txt"
   fi
