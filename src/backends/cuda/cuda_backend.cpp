@@ -613,8 +613,7 @@ class CudaBackend final : public Backend {
     a.norm_topk = m.norm_topk;
     const ExpertTable& tab = expert_table(m);
     a.gate = tab.dev(), a.up = tab.dev() + m.n_experts, a.down = tab.dev() + 2 * m.n_experts;
-    moe_run(a, choices_.empty() ? MatmulKernel::Auto
-                                : moe_plan(choices_, "bf16", m.T, m.F, m.E, m.n_experts, m.top_k));
+    moe_run(a, moe_plan(choices_, "bf16", m.T, m.F, m.E, m.n_experts, m.top_k));
   }
   // The experts with tiling `k`, on the backend's workspace (moe and run_variant).
   void moe_run(MoeKernelArgs& a, MatmulKernel k) {

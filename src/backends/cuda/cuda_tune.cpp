@@ -207,9 +207,10 @@ size_t align256(size_t n) {
 size_t rotation_copies(size_t stride, size_t rotate) {
   return std::max<size_t>(1, std::min(rotate / stride + 1, kRotateCap / stride));
 }
-// base[0, stride) replicated into copies 1 .. n - 1 (doubling device copies, on s).
-void replicate(uint8_t* base, size_t stride, size_t n, cudaStream_t s) {
-  for (size_t have = 1; have < n; have *= 2)
+// Copies `have` .. n - 1 of `stride` bytes each, copy i = copy i % have: doubling device copies
+// of the first `have` (on s).
+void replicate(uint8_t* base, size_t stride, size_t n, cudaStream_t s, size_t have = 1) {
+  for (; have < n; have *= 2)
     check(cudaMemcpyAsync(base + have * stride, base, std::min(have, n - have) * stride,
                           cudaMemcpyDeviceToDevice, s),
           "run_variant: rotated copies");
@@ -491,7 +492,7 @@ void VariantBench::Buf::release() {
 
 VariantBench::~VariantBench() {
   for (Buf* b : {&w_, &x_, &y_, &y_first_, &kv_, &q_, &out_, &out_first_, &experts_,
-                 &expert_tables_, &router_})
+                 &expert_tables_, &moe_x_, &router_})
     b->release();
 }
 
@@ -524,7 +525,6 @@ void VariantBench::matmul_inputs(const OpShape& s, size_t rotate, cudaStream_t s
   }
   if (x_T_ != T || x_K_ != K) {
     x_T_ = x_K_ = -1;
-    router_key_.clear();  // (moe_inputs keeps its x in x_ too)
     const std::vector<uint16_t> x = synth_x(T, K);
     x_.reserve(x.size() * 2);
     check(cudaMemcpyAsync(x_.p, x.data(), x.size() * 2, cudaMemcpyHostToDevice, st),
@@ -585,11 +585,10 @@ void VariantBench::moe_inputs(const OpShape& s, size_t rotate, cudaStream_t st) 
   const int64_t F = s.N, E = s.K, n = s.experts;
   if (key != moe_key_) {  // every expert's matrices, in rotated copies of the whole set
     moe_key_.clear();
-    if (!moe_supports({"auto", {}}, s)) fail("[cuda] no moe of {} to run", s.str());
     const std::vector<SynthMoe::Set> sets = moe_sets(F, E, n);
     const size_t mat = align256(size_t(F * E) * 2), stride = 3 * mat;  // gate | up | down
     const size_t copy = stride * size_t(n);
-    const size_t copies = std::max<size_t>(1, std::min(rotate / copy + 1, kRotateCap / copy));
+    const size_t copies = rotation_copies(copy, rotate);
     experts_.reserve(copies * copy);
     auto* base = static_cast<uint8_t*>(experts_.p);
     for (size_t i = 0; i < sets.size(); ++i) {
@@ -599,11 +598,7 @@ void VariantBench::moe_inputs(const OpShape& s, size_t rotate, cudaStream_t st) 
                               cudaMemcpyHostToDevice, st),
               "run_variant: expert upload");
     }
-    // Expert e = set e % sets: doubling copies of whole periods, then the set into each copy.
-    for (size_t have = sets.size(); have < size_t(n); have *= 2)
-      check(cudaMemcpyAsync(base + have * stride, base, std::min(have, size_t(n) - have) * stride,
-                            cudaMemcpyDeviceToDevice, st),
-            "run_variant: expert copies");
+    replicate(base, stride, size_t(n), st, sets.size());  // expert e = set e % sets
     replicate(base, copy, copies, st);
     std::vector<const void*> tab(copies * 3 * size_t(n));
     for (size_t c = 0; c < copies; ++c)
@@ -619,16 +614,15 @@ void VariantBench::moe_inputs(const OpShape& s, size_t rotate, cudaStream_t st) 
     moe_key_ = key;
   }
   const std::string rkey = fmt::format("{} {} {}", s.T, n, E);
-  if (rkey != router_key_) {  // x (in x_, which matmul_inputs then uploads again) and the router
+  if (rkey != router_key_) {  // the rows' x and router logits
     router_key_.clear();
-    x_T_ = x_K_ = -1;
     const std::vector<uint16_t> x = synth_x(s.T, E);
     const std::vector<float> router = moe_router(s.T, n);
     router_.reserve(router.size() * 4);
-    x_.reserve(x.size() * 2);
+    moe_x_.reserve(x.size() * 2);
     check(cudaMemcpyAsync(router_.p, router.data(), router.size() * 4, cudaMemcpyHostToDevice, st),
           "run_variant: router upload");
-    check(cudaMemcpyAsync(x_.p, x.data(), x.size() * 2, cudaMemcpyHostToDevice, st),
+    check(cudaMemcpyAsync(moe_x_.p, x.data(), x.size() * 2, cudaMemcpyHostToDevice, st),
           "run_variant: x upload");
     check(cudaStreamSynchronize(st), "run_variant: upload");
     router_key_ = rkey;
@@ -698,7 +692,7 @@ VariantRun VariantBench::run(const std::vector<OpKernels>& reg, const KernelChoi
       const auto* tab = static_cast<const bf16_bits* const*>(expert_tables_.p) +
                         size_t(i % moe_copies_) * 3 * size_t(n);
       MoeKernelArgs a;
-      a.x = static_cast<const bf16_bits*>(x_.p);
+      a.x = static_cast<const bf16_bits*>(moe_x_.p);
       a.router = static_cast<const float*>(router_.p);
       a.out = static_cast<float*>(first ? y_first_.p : y_.p);
       a.T = shape.T, a.E = shape.K, a.F = shape.N, a.n_experts = n, a.top_k = shape.top_k;

@@ -156,9 +156,9 @@ class VariantBench {
   std::vector<int32_t> ids_, table_;
   std::vector<const int32_t*> tables_;
   // moe: rotated copies of every expert's matrices, their pointer tables [copy][gate | up |
-  // down][expert], x as matmul's, the router logits
+  // down][expert], the rows' x and router logits
   std::string moe_key_, router_key_;
-  Buf experts_, expert_tables_, router_;
+  Buf experts_, expert_tables_, moe_x_, router_;
   int64_t moe_copies_ = 0;
 };
 
