@@ -7,7 +7,8 @@
 # -nvfp4 / -fp8): logits of a 298-token prompt from both builds and with prefill chunks 1
 # and 64 (all must be bitwise equal), and `basalt bench -p 512 -n 64 -r 3` alternating old / new
 # for ROUNDS rounds. Results in $OUT. Knobs: SKIP_TESTS=1, SKIP_KERNELS=1, MODELS (specs as
-# model_dir's: NAME[-nvfp4|-fp8][:LAYERS]), ROUNDS (2), KROUNDS (2), BENCH_T.
+# model_dir's: NAME[-nvfp4|-fp8][:LAYERS]), ROUNDS (2), KROUNDS (2), BENCH_T, PROMPTS (512), GEN
+# (64), BENCH_ARGS (more `basalt bench` flags, e.g. --no-autotune).
 . "$(dirname "$0")/session_common.sh"
 O=$B/old
 gpu_tests
@@ -34,7 +35,7 @@ for spec in ${MODELS-llama-3.1-8b-nvfp4 llama-3.1-8b-fp8}; do
       bin=$B/basalt
       [ $v = old ] && bin=$O/basalt
       echo "== $n $v round $r" >> "$OUT/bench_$n.txt"
-      step $bin bench -m $M --device cuda -p ${PROMPTS:-512} -n ${GEN:-64} -r 3 --json \
+      step $bin bench -m $M --device cuda -p ${PROMPTS:-512} -n ${GEN:-64} -r 3 --json ${BENCH_ARGS:-} \
         >> "$OUT/bench_$n.txt" 2>&1
     done
   done

@@ -2,6 +2,7 @@
 // CUDA events around each launch; warm-up, then the median of many; weights rotate among
 // copies whose total exceeds the L2 (60 MB on an H200), so decode timings read device memory.
 //   bench_cuda_kernels            (prints a table; exits 0 with SKIP when no GPU)
+//   bench_cuda_kernels matmul     (only the bf16 tilings; BENCH_T=512 picks one row count)
 //   bench_cuda_kernels hybrid     (only the Gated DeltaNet and MoE kernels)
 //   bench_cuda_kernels decode     (segment-length sweep of the bf16 matmul)
 //   bench_cuda_kernels scaled     (NVFP4 / FP8 matmuls against bf16 at llama-3.1-8b's shapes;
@@ -425,6 +426,7 @@ int main(int argc, char** argv) {
   }
   std::printf("device: %s, %d SMs\n", devs[0].name.c_str(), devs[0].sm_count);
   const bool attn_only = argc > 1 && std::string(argv[1]) == "attention";
+  const bool matmul_only = argc > 1 && std::string(argv[1]) == "matmul";
   if (argc > 1 && std::string(argv[1]) == "decode") {
     bench_decode_shapes();
     return 0;
@@ -452,7 +454,8 @@ int main(int argc, char** argv) {
     uint16_t* w;
     CK(cudaMalloc(&w, wbytes * copies));
     fill_bf16(w, wbytes / 2 * copies);
-    for (int64_t T : {1, 32, 64, 512, 2048}) {
+    for (int64_t T : {1, 16, 32, 64, 512, 2048}) {
+      if (const char* e = std::getenv("BENCH_T"); e && std::atoll(e) != T) continue;
       uint16_t* x;
       float* y;
       CK(cudaMalloc(&x, size_t(T) * sh.K * 2));
@@ -462,16 +465,22 @@ int main(int argc, char** argv) {
       void* ws = nullptr;
       CK(cudaMalloc(&ws, ws_bytes));
       CK(cudaMemset(ws, 0, ws_bytes));
-      for (auto kern : {bc::MatmulKernel::Rows16x32, bc::MatmulKernel::Rows16x16,
-                        bc::MatmulKernel::Rows16x32Deep, bc::MatmulKernel::Tile128,
-                        bc::MatmulKernel::Tile128K64, bc::MatmulKernel::TileWG,
-                        bc::MatmulKernel::TileWG2, bc::MatmulKernel::TileWG64})
+      for (auto kern :
+           {bc::MatmulKernel::Rows16x32, bc::MatmulKernel::Rows16x16,
+            bc::MatmulKernel::Rows16x32Deep, bc::MatmulKernel::Tile128,
+            bc::MatmulKernel::Tile128K64, bc::MatmulKernel::TileWG, bc::MatmulKernel::TileWG2,
+            bc::MatmulKernel::TileWG64, bc::MatmulKernel::TileTMA, bc::MatmulKernel::TileTMA64,
+            bc::MatmulKernel::RowsTMA})
         for (bool split : {false, true}) {
-          const bool tile =
-              kern == bc::MatmulKernel::Tile128 || kern == bc::MatmulKernel::Tile128K64 ||
-              kern == bc::MatmulKernel::TileWG || kern == bc::MatmulKernel::TileWG2;
-          const bool wg64 = kern == bc::MatmulKernel::TileWG64;
-          if ((T == 1 && (tile || wg64)) || (T >= 512 && !tile) || (tile && split)) continue;
+          const bool tile = kern == bc::MatmulKernel::Tile128 ||
+                            kern == bc::MatmulKernel::Tile128K64 ||
+                            kern == bc::MatmulKernel::TileWG || kern == bc::MatmulKernel::TileWG2 ||
+                            kern == bc::MatmulKernel::TileTMA;
+          const bool wg64 =
+              kern == bc::MatmulKernel::TileWG64 || kern == bc::MatmulKernel::TileTMA64;
+          if ((T == 1 && (tile || wg64)) || (T >= 512 && !tile) || (tile && split) ||
+              (kern == bc::MatmulKernel::RowsTMA && T > 16))
+            continue;
           const double ms = time_ms(
               [&](int i) {
                 CK(bc::matmul_bf16(x, T, w + (wbytes / 2) * (i % copies), sh.N, sh.K, y, nullptr,
@@ -489,6 +498,9 @@ int main(int argc, char** argv) {
               : kern == bc::MatmulKernel::TileWG        ? "TileWG"
               : kern == bc::MatmulKernel::TileWG2       ? "TileWG2"
               : kern == bc::MatmulKernel::TileWG64      ? (split ? "WG64+sK" : "TileWG64")
+              : kern == bc::MatmulKernel::TileTMA       ? "TileTMA"
+              : kern == bc::MatmulKernel::TileTMA64     ? (split ? "TMA64+sK" : "TileTMA64")
+              : kern == bc::MatmulKernel::RowsTMA       ? (split ? "RTMA+sK" : "RowsTMA")
                                                         : "Tile128";
           std::printf("%-10s %6lld %6lld %6lld %-10s %10.2f %9.0f %6.1f%% %9.1f\n", "matmul",
                       (long long)T, (long long)sh.N, (long long)sh.K, kn, ms * 1e3, gbs,
@@ -500,6 +512,7 @@ int main(int argc, char** argv) {
     }
     CK(cudaFree(w));
   }
+  if (matmul_only) return 0;
 
   // Decode attention: one query row, H=32, Hkv=8, D=128 (Llama-3.1-8B), several contexts.
   struct Heads {

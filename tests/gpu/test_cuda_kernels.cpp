@@ -267,13 +267,15 @@ void test_swiglu() {
   check(worst < 1e-2, "swiglu n=10007 (per element, rel) " + fmt_err(worst));
 }
 
-const bc::MatmulKernel kMmKernels[] = {bc::MatmulKernel::Rows16x32, bc::MatmulKernel::Rows16x16,
-                                       bc::MatmulKernel::Rows16x32Deep, bc::MatmulKernel::Tile128,
-                                       bc::MatmulKernel::Tile128K64, bc::MatmulKernel::TileWG,
-                                       bc::MatmulKernel::TileWG2, bc::MatmulKernel::TileWG64};
+const bc::MatmulKernel kMmKernels[] = {
+    bc::MatmulKernel::Rows16x32, bc::MatmulKernel::Rows16x16,  bc::MatmulKernel::Rows16x32Deep,
+    bc::MatmulKernel::Tile128,   bc::MatmulKernel::Tile128K64, bc::MatmulKernel::TileWG,
+    bc::MatmulKernel::TileWG2,   bc::MatmulKernel::TileWG64,   bc::MatmulKernel::TileTMA,
+    bc::MatmulKernel::TileTMA64, bc::MatmulKernel::RowsTMA};
 bool is_tile(bc::MatmulKernel k) {
   return k == bc::MatmulKernel::Tile128 || k == bc::MatmulKernel::Tile128K64 ||
-         k == bc::MatmulKernel::TileWG || k == bc::MatmulKernel::TileWG2;
+         k == bc::MatmulKernel::TileWG || k == bc::MatmulKernel::TileWG2 ||
+         k == bc::MatmulKernel::TileTMA;
 }
 const char* mm_name(bc::MatmulKernel k) {
   switch (k) {
@@ -293,13 +295,19 @@ const char* mm_name(bc::MatmulKernel k) {
       return "TileWG2";
     case bc::MatmulKernel::TileWG64:
       return "TileWG64";
+    case bc::MatmulKernel::TileTMA:
+      return "TileTMA";
+    case bc::MatmulKernel::TileTMA64:
+      return "TileTMA64";
+    case bc::MatmulKernel::RowsTMA:
+      return "RowsTMA";
     default:
       return "Auto";
   }
 }
 
 void test_matmul(int64_t N, int64_t K, int64_t ref_rows) {
-  const int64_t Tmax = 128;
+  const int64_t Tmax = 300;
   auto x = rand_bf16(Tmax * K), w = rand_bf16(N * K);
   Dev<uint16_t> dx(Tmax * K), dw(N * K);
   dx.up(x);
@@ -313,7 +321,7 @@ void test_matmul(int64_t N, int64_t K, int64_t ref_rows) {
   basalt::ref::matmul(xf.data(), ref_rows, wref(w, N, K), ref.data());
 
   // T = 1 passes of a few rows: the bits every other pass must reproduce.
-  const int64_t probe[] = {0, 5, 30, 32, 127};
+  const int64_t probe[] = {0, 5, 30, 32, 127, 299};
   std::vector<std::vector<float>> one(Tmax);
   for (int64_t r : probe) {
     dy.poison();
@@ -328,7 +336,7 @@ void test_matmul(int64_t N, int64_t K, int64_t ref_rows) {
   for (auto kern : kMmKernels)
     for (bool use_ws : {false, true}) {
       if (use_ws && is_tile(kern)) continue;
-      for (int64_t T : {1, 7, 31, 33, 64, 128}) {
+      for (int64_t T : {1, 7, 31, 33, 64, 128, 300}) {
         dy.poison();
         CK(bc::matmul_bf16(dx.p, T, dw.p, N, K, dy.p, nullptr, kern, use_ws ? ws.p : nullptr,
                            use_ws ? ws_bytes : 0));

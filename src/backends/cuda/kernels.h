@@ -84,9 +84,8 @@ cudaError_t stream_delay(int64_t ns, cudaStream_t s);
 // from 0; the order depends on K alone. All variants compute exactly that; they differ in tiling.
 // (The enum values of MatmulKernel, ScaledKernel and AttnKernel are recipe parameters: keep them.)
 enum class MatmulKernel : uint8_t {
-  Auto,           // T > 64: TileWG (T < 1024 and N < 8192) or TileWG2; T > 16 with N >= 8192,
-                  // or T > 32 with a workspace: TileWG64; else workspace or N > 8192:
-                  // Rows16x32; else Rows16x32Deep
+  Auto,           // T > 64: TileTMA; 17-64 rows: TileTMA64; else RowsTMA (each falls back to a
+                  // cp.async tiling where a tensor map cannot be made)
   Rows16x32,      // 16 rows (T padded) × 32 columns per block, 4 warps, k-stage 128: decode
   Rows16x16,      // 16 rows × 16 columns per block, 2 warps, k-stage 256: decode, more blocks
   Rows16x32Deep,  // as Rows16x32 with k-stage 256 and 6 stages: more bytes in flight per SM
@@ -96,6 +95,13 @@ enum class MatmulKernel : uint8_t {
   TileWG2,        // the same with 3 stages (two blocks an SM)
   TileWG64,       // 64 × 64 per block, one warpgroup on wgmma, 6 stages, split-K blocks with a
                   // workspace: batches of 17-64 rows
+  TileTMA,        // 128 × 128 per block, two consumer warpgroups on wgmma fed by TMA through
+                  // 6 mbarrier stages, segments folded in registers: prefill
+  TileTMA64,      // 64 × 128 per block, one consumer warpgroup fed by TMA, 4 stages, two blocks
+                  // an SM, segments folded in registers: batches of 17-64 rows
+  RowsTMA,        // T <= 16: W in wgmma's A (64 rows a block), the tokens in B, TMA-fed through
+                  // 6 stages by a producer warp, split-K blocks with a workspace (T > 16:
+                  // Rows16x32)
 };
 // Split-K fixed by the weight shape alone: segments of matmul_kseg(N, K) (the last shorter);
 // y = ((c_0 + c_1) + c_2) + ... with c_s the chain over segment s. With a workspace of

@@ -21,6 +21,8 @@
 // below) reuse tiles for prefill and serving batches.
 // Decode-sized launches start early (pdl.cuh): their first weight stages are requested before
 // the previous kernel has finished.
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -105,19 +107,25 @@ __device__ __forceinline__ float epi_factor(const Epi& e, int c) {
 // Split-K across blocks (with a workspace): each block stores the partial of its segment
 // (blockIdx.z) into part [segments, T, N]; the tile's last block to arrive (an arrival counter,
 // not an atomic reduction) returns true with every element replaced by ((p_0 + p_1) + p_2) + ...
-// in segment order. each(f) calls f(row, col, value&) for the thread's elements.
-template <class Each>
-__device__ __forceinline__ bool split_k_fold(Each each, float* part, int* counters, int T, int N) {
+// in segment order. each(f) calls f(row, col, value&) for the thread's elements. sync() is a
+// barrier over the threads that call this, and `leader` one of them (the block and thread 0, or
+// the TMA tiling's consumers).
+struct BlockSync {
+  __device__ void operator()() const { __syncthreads(); }
+};
+template <class Each, class Sync = BlockSync>
+__device__ __forceinline__ bool split_k_fold(Each each, float* part, int* counters, int T, int N,
+                                             Sync sync = {}, bool leader = threadIdx.x == 0) {
   float* p = part + size_t(blockIdx.z) * size_t(T) * N;
   each([&](int r, int c, float& v) {
     if (r < T && c < N) p[size_t(r) * N + c] = v;
   });
   __threadfence();
-  __syncthreads();
+  sync();
   __shared__ int is_last;
   const int tile = blockIdx.y * gridDim.x + blockIdx.x;
-  if (threadIdx.x == 0) is_last = atomicAdd(&counters[tile], 1) == int(gridDim.z) - 1;
-  __syncthreads();
+  if (leader) is_last = atomicAdd(&counters[tile], 1) == int(gridDim.z) - 1;
+  sync();
   if (!is_last) return false;
   __threadfence();
   each([&](int r, int c, float& v) {
@@ -128,7 +136,7 @@ __device__ __forceinline__ bool split_k_fold(Each each, float* part, int* counte
       sum = __fadd_rn(sum, __ldcg(part + size_t(z) * size_t(T) * N + o));
     v = sum;
   });
-  if (threadIdx.x == 0) counters[tile] = 0;  // ready for the next call
+  if (leader) counters[tile] = 0;  // ready for the next call
   return true;
 }
 
@@ -520,6 +528,325 @@ cudaError_t launch_wg(const bf16_bits* x, int T, const bf16_bits* w, int N, int 
                     counters, epi);
 }
 
+// The TMA tiling (TileTMA, prefill): CWG consumer warpgroups of 64 rows (BM = 64·CWG) × BN
+// columns a block and one producer warpgroup whose first thread copies each k-stage (64 wide) of
+// x and W with the tensor-memory accelerator into STAGES 128-byte-swizzled buffers (the layout
+// wgmma_desc_sw128 reads, as the cp.async tilings write it). Full / empty mbarriers a buffer hand
+// the stages over: no block barrier in the loop, no address arithmetic in the consumers. The
+// chain is the wgmma tilings' (four wgmma.m64nBNk16 a stage, one group left in flight), so the bits
+// are matmul_bf16's; the segments fold in registers (tot = c_0, then tot + c_s, the fold of the
+// other tilings) and y is written once. Blocks run row blocks fastest, so the blocks resident at
+// once share few W tiles: W is read from memory about once and x stays in L2 (the cp.async
+// tilings run columns fastest and read W once per row block).
+template <int CWG, int BN, int STAGES>
+struct TmaCfg {
+  static constexpr int kBM = 64 * CWG, kBK = 64, kThreads = 128 * (CWG + 1);
+  static constexpr int kABytes = kBM * kBK * 2, kStageBytes = kABytes + BN * kBK * 2;
+  static constexpr size_t kSmem = size_t(STAGES) * kStageBytes + 16 * STAGES + 1024;
+  // Two blocks an SM for the one-consumer tiling (batches of <= 64 rows stream W), one otherwise.
+  static constexpr int kMinBlocks = CWG == 1 ? 2 : 1;
+  // Registers a thread at launch, and after the producer gives most of its own to the consumers.
+  static constexpr int kRegs = (65536 / (kThreads * kMinBlocks)) & ~7;
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = (kRegs + (kRegs - kProducerRegs) / CWG) & ~7;
+};
+
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N) : "memory");
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N) : "memory");
+}
+
+// The TMA tilings' pipeline: STAGES buffers of STAGE_BYTES at sm_s, each holding one 64-wide
+// k-stage of a W box (at w_off) and an x box (at x_off); full[s] at bars + 8s (the producer's
+// arrival plus the copies' bytes), empty[s] at bars + 8(STAGES + s) (4·WGS consumer warps).
+template <int STAGES>
+__device__ __forceinline__ void tma_init_bars(uint32_t bars, int consumer_warps) {
+  for (int s = 0; s < STAGES; ++s) {
+    mbar_init(bars + 8u * uint32_t(s), 1);
+    mbar_init(bars + 8u * uint32_t(STAGES + s), uint32_t(consumer_warps));
+  }
+  mbar_init_fence();
+}
+
+// The producer (one thread): k-stages kt0 .. kt0 + KT - 1. The first stages' weights are requested
+// before waiting for the previous kernel (pdl.cuh: no kernel writes W), their x after.
+template <int STAGES, int STAGE_BYTES>
+__device__ __forceinline__ void tma_produce(uint32_t sm_s, uint32_t bars, const CUtensorMap* mw,
+                                            int w_row, uint32_t w_off, const CUtensorMap* mx,
+                                            int x_row, uint32_t x_off, int kt0, int KT) {
+  auto full = [&](int s) { return bars + 8u * uint32_t(s); };
+  auto empty = [&](int s) { return bars + 8u * uint32_t(STAGES + s); };
+  tma_prefetch_map(mw);
+  tma_prefetch_map(mx);
+  const int pre = min(STAGES, KT);
+  for (int kt = 0; kt < pre; ++kt) {
+    mbar_arrive_expect_tx(full(kt), uint32_t(STAGE_BYTES));
+    tma_load_2d(sm_s + uint32_t(kt * STAGE_BYTES) + w_off, mw, (kt0 + kt) * 64, w_row, full(kt));
+  }
+  pdl_wait();
+  for (int kt = 0; kt < pre; ++kt)
+    tma_load_2d(sm_s + uint32_t(kt * STAGE_BYTES) + x_off, mx, (kt0 + kt) * 64, x_row, full(kt));
+  for (int kt = pre; kt < KT; ++kt) {
+    const int s = kt % STAGES;
+    mbar_wait(empty(s), uint32_t((kt / STAGES) - 1) & 1u);
+    const uint32_t st = sm_s + uint32_t(s * STAGE_BYTES);
+    mbar_arrive_expect_tx(full(s), uint32_t(STAGE_BYTES));
+    tma_load_2d(st + w_off, mw, (kt0 + kt) * 64, w_row, full(s));
+    tma_load_2d(st + x_off, mx, (kt0 + kt) * 64, x_row, full(s));
+  }
+}
+
+// A consumer warpgroup: the wgmma chain over KT stages (A at a_off, B at b_off of each buffer),
+// four m64nNk16 a stage with one group left in flight, each buffer handed back once its wgmma
+// completed. Segments of kSegTiles stages start from zero (d = A·B, as the mma chain's acc = 0);
+// FOLD: they add up in order in tot (tot = c_0, then tot + c_s), else the chain ends in acc.
+template <int N, int STAGES, int STAGE_BYTES, bool FOLD>
+__device__ __forceinline__ void tma_consume(const unsigned char* sm, uint32_t bars, int a_off,
+                                            int b_off, int KT, int kSegTiles, float (&acc)[N / 2],
+                                            float (&tot)[FOLD ? N / 2 : 1], int lane) {
+  int seg_pos = 0;
+  bool first = true;
+  for (int kt = 0; kt < KT; ++kt) {
+    const int s = kt % STAGES;
+    mbar_wait(bars + 8u * uint32_t(s), uint32_t(kt / STAGES) & 1u);
+    const unsigned char* st = sm + s * STAGE_BYTES;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      wgmma_bf16<N>(acc, wgmma_desc_sw128(st + a_off + kk * 32),
+                    wgmma_desc_sw128(st + b_off + kk * 32), seg_pos > 0 || kk > 0);
+    wgmma_commit();
+    if constexpr (FOLD) {
+      if (++seg_pos == kSegTiles || kt + 1 == KT) {
+        wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < N / 2; ++i) tot[i] = first ? acc[i] : __fadd_rn(tot[i], acc[i]);
+        first = false;
+        seg_pos = 0;
+      } else {
+        wgmma_wait<1>();
+      }
+    } else {
+      ++seg_pos;
+      wgmma_wait<1>();
+    }
+    if (kt > 0 && lane == 0) mbar_arrive(bars + 8u * uint32_t(STAGES + (kt - 1) % STAGES));
+  }
+  wgmma_wait<0>();
+}
+
+template <int CWG, int BN, int STAGES, bool FOLD>
+__global__ void __launch_bounds__(TmaCfg<CWG, BN, STAGES>::kThreads,
+                                  TmaCfg<CWG, BN, STAGES>::kMinBlocks)
+    matmul_tma_kernel(const __grid_constant__ CUtensorMap tx,
+                      const __grid_constant__ CUtensorMap tw, float* __restrict__ y, int T, int N,
+                      int K, int ldy, int kSegTiles, Epi epi) {
+  using C = TmaCfg<CWG, BN, STAGES>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* const sm = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const uint32_t sm_s = smem_addr(sm);
+  const uint32_t bars = sm_s + uint32_t(STAGES * C::kStageBytes);
+  const int m0 = blockIdx.x * C::kBM, n0 = blockIdx.y * BN;
+  const int tid = threadIdx.x;
+  const int KT = (K + C::kBK - 1) / C::kBK;
+  if (tid == 0) tma_init_bars<STAGES>(bars, 4 * CWG);
+  __syncthreads();
+  pdl_trigger();
+  // Registers move from the producer warpgroup (one thread of it works) to the consumers, whose
+  // two accumulator sets (fold) need them.
+  if (tid < 128) {  // the producer warpgroup: x in A (the first kABytes), W in B
+    setmaxnreg_dec<C::kProducerRegs>();
+    if (tid == 0)
+      tma_produce<STAGES, C::kStageBytes>(sm_s, bars, &tw, n0, uint32_t(C::kABytes), &tx, m0, 0u, 0,
+                                          KT);
+    return;
+  }
+  setmaxnreg_inc<C::kConsumerRegs>();
+  pdl_wait();  // y may still be read by the previous kernel
+  const int wg = (tid >> 7) - 1, lane = tid & 31, wq = (tid >> 5) & 3;
+  float acc[BN / 2];
+  float tot[FOLD ? BN / 2 : 1];
+  tma_consume<BN, STAGES, C::kStageBytes, FOLD>(sm, bars, wg * 64 * 128, C::kABytes, KT, kSegTiles,
+                                                acc, tot, lane);
+  const float* res = FOLD ? tot : acc;
+  // res[4j + e]: row 16·wq + lane/4 (+ 8) of this warpgroup's 64, column 8j + 2·(lane % 4) (+ 1).
+  const bool pair_ok = (ldy & 1) == 0 && (reinterpret_cast<uintptr_t>(y) & 7) == 0;
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = m0 + 64 * wg + 16 * wq + (lane >> 2) + 8 * h;
+      const int c = n0 + 8 * j + 2 * (lane & 3);
+      if (r >= T || c >= N) continue;
+      float v0 = res[4 * j + 2 * h], v1 = res[4 * j + 2 * h + 1];
+      if (epi.on) {
+        v0 = __fmul_rn(epi_factor(epi, c), v0);
+        if (c + 1 < N) v1 = __fmul_rn(epi_factor(epi, c + 1), v1);
+      }
+      float* o = y + size_t(r) * ldy + c;
+      if (c + 1 < N && pair_ok) {
+        *reinterpret_cast<float2*>(o) = make_float2(v0, v1);
+      } else {
+        o[0] = v0;
+        if (c + 1 < N) o[1] = v1;
+      }
+    }
+}
+
+// cuTensorMapEncodeTiled from the driver (through the runtime: nothing links libcuda), once.
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      f = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A [rows, cols] row-major bf16 matrix read in boxes of box_rows × 64, 128-byte swizzled, zeros
+// outside. False where the driver cannot encode it (the caller falls back to a cp.async tiling).
+bool bf16_tile_map(CUtensorMap* m, const void* p, int64_t rows, int64_t cols, int box_rows) {
+  const PFN_cuTensorMapEncodeTiled_v12000 enc = tensor_map_encoder();
+  if (!enc) return false;
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(cols) * 2};
+  const cuuint32_t box[2] = {64, cuuint32_t(box_rows)};
+  const cuuint32_t estr[2] = {1, 1};
+  return enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(p), dims, strides, box, estr,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// cudaErrorNotSupported where the maps cannot be made or the grid does not fit (dispatch_bf16
+// then runs a cp.async tiling). Segments always fold in registers: with 64-row blocks, split-K
+// blocks measured 1.8-2.6x slower (H100, T = 64).
+template <int CWG, int BN, int STAGES>
+cudaError_t launch_tma(const bf16_bits* x, int T, const bf16_bits* w, int N, int K, float* y,
+                       cudaStream_t s, int64_t kseg, int ldy, Epi epi, bool pdl) {
+  using C = TmaCfg<CWG, BN, STAGES>;
+  const unsigned row_blocks = unsigned((T + C::kBM - 1) / C::kBM);
+  const unsigned col_blocks = unsigned((N + BN - 1) / BN);
+  if (col_blocks > 65535) return cudaErrorNotSupported;
+  CUtensorMap tx, tw;
+  if (!bf16_tile_map(&tx, x, T, K, C::kBM) || !bf16_tile_map(&tw, w, N, K, BN))
+    return cudaErrorNotSupported;
+  const int segs = int((K + kseg - 1) / kseg);
+  const int seg_tiles = segs == 1 ? (K + C::kBK - 1) / C::kBK : int(kseg / C::kBK);
+  constexpr auto kFold = matmul_tma_kernel<CWG, BN, STAGES, true>;
+  constexpr auto kOne = matmul_tma_kernel<CWG, BN, STAGES, false>;
+  const bool fold = segs > 1;
+  if (const cudaError_t e = fold ? allow_smem<kFold>(C::kSmem) : allow_smem<kOne>(C::kSmem);
+      e != cudaSuccess)
+    return e;
+  return launch_pdl(fold ? kFold : kOne, dim3(row_blocks, col_blocks), dim3(C::kThreads), C::kSmem,
+                    s, pdl && T <= 64, tx, tw, y, T, N, K, ldy, seg_tiles, epi);
+}
+
+// The TMA decode tiling (RowsTMA, T <= 16): W in wgmma's A operand (64 weight rows a block), the
+// tokens in B (n8 for T <= 8, n16 for T <= 16), both copied by TMA (x's box is NT rows: the rows
+// past T arrive as zeros) into STAGES buffers by a producer warp; one consumer warpgroup issues
+// four wgmma.m64nNTk16 a stage and nothing else. bench/cuda/wgmma_probe found the chain with W as
+// A bitwise equal to the mma.sync chain, so this is matmul_bf16 exactly (tests/gpu). Decode is
+// bytes: a block streams 64 rows of one segment, several blocks an SM keep enough copies in
+// flight, and no thread computes an address. With a workspace the segments run in separate
+// blocks (split_k_fold); without, they fold in registers.
+template <int NT, int STAGES>
+struct RowsTmaCfg {
+  static constexpr int kBK = 64, kThreads = 160;
+  static constexpr int kABytes = 64 * kBK * 2, kStageBytes = kABytes + NT * kBK * 2;
+  static constexpr size_t kSmem = size_t(STAGES) * kStageBytes + 16 * STAGES + 1024;
+  static_assert(kStageBytes % 1024 == 0, "stages stay on 1024-byte swizzle atoms");
+};
+
+template <int NT, int STAGES, bool FOLD>
+__global__ void __launch_bounds__(160, 3)
+    matmul_tma_rows_kernel(const __grid_constant__ CUtensorMap tx,
+                           const __grid_constant__ CUtensorMap tw, float* __restrict__ y, int T,
+                           int N, int K, int ldy, int kSegTiles, float* __restrict__ part,
+                           int* __restrict__ counters, Epi epi) {
+  using C = RowsTmaCfg<NT, STAGES>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* const sm = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const uint32_t sm_s = smem_addr(sm);
+  const uint32_t bars = sm_s + uint32_t(STAGES * C::kStageBytes);
+  const int n0 = blockIdx.x * 64;
+  const int tid = threadIdx.x;
+  const bool split = gridDim.z > 1;
+  const int KT_all = (K + C::kBK - 1) / C::kBK;
+  const int kt0 = split ? int(blockIdx.z) * kSegTiles : 0;
+  const int KT = split ? min(KT_all - kt0, kSegTiles) : KT_all;
+  if (tid == 0) tma_init_bars<STAGES>(bars, 4);
+  __syncthreads();
+  pdl_trigger();
+  if (tid >= 128) {  // the producer warp: W in A (the first kABytes), x in B
+    if (tid == 128)
+      tma_produce<STAGES, C::kStageBytes>(sm_s, bars, &tw, n0, 0u, &tx, 0, uint32_t(C::kABytes),
+                                          kt0, KT);
+    return;
+  }
+  pdl_wait();  // y may still be read by the previous kernel
+  const int lane = tid & 31, wq = tid >> 5;
+  float acc[NT / 2];
+  float tot[FOLD ? NT / 2 : 1];
+  tma_consume<NT, STAGES, C::kStageBytes, FOLD>(sm, bars, 0, C::kABytes, KT, kSegTiles, acc, tot,
+                                                lane);
+  float* res = FOLD ? tot : acc;
+  // res[4j + e]: weight row 16·wq + lane/4 (+ 8 for e >= 2), token 8j + 2·(lane % 4) (+ 1).
+  auto each = [&](auto f) {
+#pragma unroll
+    for (int j = 0; j < NT / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        f(8 * j + 2 * (lane & 3) + (e & 1), n0 + 16 * wq + (lane >> 2) + 8 * (e >> 1),
+          res[4 * j + e]);
+  };
+  if (!FOLD && split) {
+    auto sync = [] { asm volatile("bar.sync 1, 128;\n" ::: "memory"); };
+    if (!split_k_fold(each, part, counters, T, N, sync, tid == 0)) return;
+  }
+  each([&](int t, int n, float& v) {
+    if (t < T && n < N) y[size_t(t) * ldy + n] = epi.on ? __fmul_rn(epi_factor(epi, n), v) : v;
+  });
+}
+
+template <int NT, int STAGES>
+cudaError_t launch_tma_rows(const bf16_bits* x, int T, const bf16_bits* w, int N, int K, float* y,
+                            cudaStream_t s, void* ws, size_t ws_bytes, int64_t kseg, int ldy,
+                            Epi epi, bool pdl) {
+  using C = RowsTmaCfg<NT, STAGES>;
+  if (T > NT) return cudaErrorNotSupported;
+  const unsigned col_blocks = unsigned((N + 63) / 64);
+  CUtensorMap tx, tw;
+  if (!bf16_tile_map(&tx, x, T, K, NT) || !bf16_tile_map(&tw, w, N, K, 64))
+    return cudaErrorNotSupported;
+  const int segs = int((K + kseg - 1) / kseg);
+  const int seg_tiles = segs == 1 ? (K + C::kBK - 1) / C::kBK : int(kseg / C::kBK);
+  const bool split = segs > 1 && int64_t(col_blocks) <= kMaxTiles && ws &&
+                     ws_bytes >= workspace_bytes_kseg(T, N, K, kseg);
+  int* counters = static_cast<int*>(ws);
+  float* part =
+      split ? reinterpret_cast<float*>(static_cast<char*>(ws) + counter_bytes()) : nullptr;
+  constexpr auto kFold = matmul_tma_rows_kernel<NT, STAGES, true>;
+  constexpr auto kOne = matmul_tma_rows_kernel<NT, STAGES, false>;
+  const bool fold = segs > 1 && !split;
+  if (const cudaError_t e = fold ? allow_smem<kFold>(C::kSmem) : allow_smem<kOne>(C::kSmem);
+      e != cudaSuccess)
+    return e;
+  return launch_pdl(fold ? kFold : kOne, dim3(col_blocks, 1, split ? unsigned(segs) : 1u),
+                    dim3(C::kThreads), C::kSmem, s, pdl, tx, tw, y, T, N, K, ldy, seg_tiles, part,
+                    counters, epi);
+}
+
 // The grouped matmul of the MoE experts (kernels.h moe_matmul): the Rows16x32 tiling (16 rows ×
 // 32 columns, 4 warps, segments folded in registers; k-stage BK with STAGES stages: 128 × 4 as
 // Rows16x32, 256 × 6 as Rows16x32Deep) with each block's 16 rows gathered from a tile of
@@ -671,18 +998,16 @@ cudaError_t launch_moe(const bf16_bits* x, int64_t row_div, const bf16_bits* con
   return cudaGetLastError();
 }
 
-// A tiling choice only: every variant gives the same bits (tests/gpu). Measured on the H200
-// (docs/cuda.md, bench/RESULTS.md; µs):
-// - T <= 16 (decode): the Rows tilings; split-K pays where N / 32 blocks leave SMs idle; without
-//   a workspace the deep pipeline does best.
-// - 17-64 rows (serving batches): TileWG64 (one warpgroup, 64 × 64, split-K blocks) where
-//   N >= 8192 (14336 x 4096 at T = 32 / 64: 54.8 / 55.5 against Tile128K64's 64.4 / 68.8 and
-//   Rows16x32's 82.9 / 145) and, with a workspace, above 32 rows (T = 64: 4096 x 4096 40.2
-//   against Rows16x32's 51.3, 4096 x 14336 100.6 against 138.9; at T = 32 Rows16x32 wins).
-// - T > 64 (prefill): TileWG (one block an SM, 5 stages) where T < 1024 and N < 8192 (T = 512:
-//   4096 x 4096 90-95 against Tile128K64's 113, 4096 x 14336 230-261 against 316), TileWG2
-//   (two blocks an SM, 3 stages) elsewhere (14336 x 4096: 209 / 742 against 243 / 853 at
-//   T = 512 / 2048). Tile128K64 beats Tile128 everywhere (5-19 %); 128 × 256 tilings lost.
+// A tiling choice only: every variant gives the same bits (tests/gpu). Measured
+// (bench_cuda_kernels, µs; bench/RESULTS.md; first on an H100, 2026-12-05):
+// - T <= 16 (decode): RowsTMA (T = 1, split-K with the workspace: 14336 x 4096 45.6 against the
+//   best cp.async tiling's 50.2, 4096 x 14336 48.4 against 50.0, 4096 x 4096 20.5 against 20.4;
+//   T = 16: 48.1 / 58.4 / 23.2 against 56.6 / 54.9 / 23.1).
+// - 17-64 rows (serving batches): TileTMA64 (T = 64: 4096 x 4096 29.4 against TileWG64's 41.4,
+//   14336 x 4096 50.4 against 52.2, 4096 x 14336 81.2 against 103.3).
+// - T > 64 (prefill): TileTMA (T = 512 / 2048, TFLOP/s: 441 / 512 on 4096 x 4096, 480 / 549 on
+//   14336 x 4096, 562 / 568 on 4096 x 14336, against TileWG / TileWG2's 191-308).
+// The cp.async tilings stay as variants (and as the fallback).
 // full_n: the N of the whole weight (a launch over a block of its rows chooses as the whole
 // would).
 cudaError_t dispatch_bf16(const bf16_bits* x, int T, const bf16_bits* w, int N, int K, float* y,
@@ -690,11 +1015,9 @@ cudaError_t dispatch_bf16(const bf16_bits* x, int T, const bf16_bits* w, int N, 
                           size_t workspace_bytes, int64_t kseg, int ldy, int64_t full_n,
                           Epi epi = {}, bool pdl = true) {
   if (kernel == MatmulKernel::Auto) {
-    const bool ws_ok = workspace && workspace_bytes >= workspace_bytes_kseg(T, N, K, kseg);
-    kernel = T > 64 ? (T >= 1024 || full_n >= 8192 ? MatmulKernel::TileWG2 : MatmulKernel::TileWG)
-             : T > 16 && (full_n >= 8192 || (T > 32 && ws_ok)) ? MatmulKernel::TileWG64
-             : ws_ok || full_n > 8192                          ? MatmulKernel::Rows16x32
-                                                               : MatmulKernel::Rows16x32Deep;
+    kernel = T > 64   ? MatmulKernel::TileTMA
+             : T > 16 ? MatmulKernel::TileTMA64
+                      : MatmulKernel::RowsTMA;
   }
   switch (kernel) {
     case MatmulKernel::Rows16x16:
@@ -709,9 +1032,30 @@ cudaError_t dispatch_bf16(const bf16_bits* x, int T, const bf16_bits* w, int N, 
       return launch<128, 128, 64, 2, 4, 3>(x, T, w, N, K, y, s, nullptr, 0, kseg, ldy, epi, pdl);
     case MatmulKernel::TileWG:
       return launch_wg<2, 128, 5>(x, T, w, N, K, y, s, nullptr, 0, kseg, ldy, epi, pdl);
+    case MatmulKernel::TileTMA:
+      if (const cudaError_t e = launch_tma<2, 128, 6>(x, T, w, N, K, y, s, kseg, ldy, epi, pdl);
+          e != cudaErrorNotSupported)
+        return e;
+      [[fallthrough]];
     case MatmulKernel::TileWG2:
       return launch_wg<2, 128, 3>(x, T, w, N, K, y, s, nullptr, 0, kseg, ldy, epi, pdl);
     case MatmulKernel::TileWG64:
+      return launch_wg<1, 64, 6>(x, T, w, N, K, y, s, workspace, workspace_bytes, kseg, ldy, epi,
+                                 pdl);
+    case MatmulKernel::RowsTMA:
+      if (const cudaError_t e = T <= 8
+                                    ? launch_tma_rows<8, 6>(x, T, w, N, K, y, s, workspace,
+                                                            workspace_bytes, kseg, ldy, epi, pdl)
+                                    : launch_tma_rows<16, 6>(x, T, w, N, K, y, s, workspace,
+                                                             workspace_bytes, kseg, ldy, epi, pdl);
+          e != cudaErrorNotSupported)
+        return e;
+      return launch<16, 32, 128, 1, 4, 4>(x, T, w, N, K, y, s, workspace, workspace_bytes, kseg,
+                                          ldy, epi, pdl);
+    case MatmulKernel::TileTMA64:
+      if (const cudaError_t e = launch_tma<1, 128, 4>(x, T, w, N, K, y, s, kseg, ldy, epi, pdl);
+          e != cudaErrorNotSupported)
+        return e;
       return launch_wg<1, 64, 6>(x, T, w, N, K, y, s, workspace, workspace_bytes, kseg, ldy, epi,
                                  pdl);
     case MatmulKernel::Rows16x32:
