@@ -473,10 +473,10 @@ void Model::attention_block(Backend& be, KvPool& pool, const BoundLayer& L, int6
   const ModelConfig& c = cfg_;
   const int64_t E = c.hidden, H = c.n_heads, Hkv = c.n_kv_heads, D = c.head_dim;
   Scratch& s = scratch_;
-  be.matmul(s.xn, T, L.wq, s.q);
+  const WeightRef* qkv[] = {&L.wq, &L.wk, &L.wv};
+  float* qkv_out[] = {s.q, s.k, s.v};
+  be.matmul_n(s.xn, T, 3, qkv, qkv_out);
   if (L.wq_gate.data) be.matmul(s.xn, T, L.wq_gate, s.qgate);
-  be.matmul(s.xn, T, L.wk, s.k);
-  be.matmul(s.xn, T, L.wv, s.v);
   if (L.bq) be.add_bias(s.q, L.bq, T, H * D);
   if (L.bk) be.add_bias(s.k, L.bk, T, Hkv * D);
   if (L.bv) be.add_bias(s.v, L.bv, T, Hkv * D);
@@ -705,8 +705,9 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
       if (c.is_moe(l)) {
         moe_block(be, L, T);
       } else {
-        be.matmul(act_row(s.xn, f, E), n, L.w_gate, s.gate + f * F);
-        be.matmul(act_row(s.xn, f, E), n, L.w_up, s.up + f * F);
+        const WeightRef* gate_up[] = {&L.w_gate, &L.w_up};
+        float* gate_up_out[] = {s.gate + f * F, s.up + f * F};
+        be.matmul_n(act_row(s.xn, f, E), n, 2, gate_up, gate_up_out);
         be.swiglu(s.gate + f * F, s.up + f * F, act_row(s.act, f, F), n * F);
         be.matmul(act_row(s.act, f, F), n, L.w_down, s.o + f * E);
       }

@@ -230,6 +230,12 @@ class Backend {
   // --- ops -----------------------------------------------------------------------------------
   // y[T, N] = x[T, K] · W[N, K]ᵀ   (x act_dtype, y f32)
   virtual void matmul(const void* x, int64_t T, const WeightRef& w, float* y) = 0;
+  // y[i] = x · w[i]ᵀ for n weights of the same K (q / k / v, gate / up): the same bits as n
+  // matmul calls, which is what this does unless a backend runs them in one launch.
+  virtual void matmul_n(const void* x, int64_t T, int n, const WeightRef* const* w,
+                        float* const* y) {
+    for (int i = 0; i < n; ++i) matmul(x, T, *w[i], y[i]);
+  }
   // y[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) * w     (rows × n; x f32, y act_dtype)
   virtual void rmsnorm(const float* x, const float* w, void* y, int64_t rows, int64_t n,
                        float eps) = 0;

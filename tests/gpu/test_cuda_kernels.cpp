@@ -36,6 +36,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <random>
@@ -304,6 +305,59 @@ const char* mm_name(bc::MatmulKernel k) {
     default:
       return "Auto";
   }
+}
+
+// One launch over up to three weights of the same K (q / k / v, gate / up): each output equals
+// matmul_bf16's for that weight, bitwise, with and without the split workspace, and with a
+// recipe-style explicit kseg; more than 16 rows is refused (the caller loops).
+void test_matmul_group(std::vector<int64_t> Ns, int64_t K) {
+  const int n = int(Ns.size());
+  const int64_t Tmax = 16;
+  auto x = rand_bf16(Tmax * K);
+  Dev<uint16_t> dx(Tmax * K);
+  dx.up(x);
+  std::deque<Dev<uint16_t>> dw;  // (Dev does not move)
+  std::deque<Dev<float>> dy, dref;
+  for (int64_t N : Ns) {
+    dw.emplace_back(N * K);
+    dw.back().up(rand_bf16(N * K));
+    dy.emplace_back(Tmax * N);
+    dref.emplace_back(Tmax * N);
+  }
+  std::string shape = " K=" + std::to_string(K) + " N=";
+  for (int64_t N : Ns) shape += std::to_string(N) + ",";
+  const bc::bf16_bits* wp[3];
+  float* yp[3];
+  for (int i = 0; i < n; ++i) wp[i] = dw[i].p, yp[i] = dy[i].p;
+  for (const int64_t ks : {int64_t(0), int64_t(512)}) {
+    std::vector<int64_t> kseg(n, ks);
+    const size_t ws_bytes =
+        std::max(bc::matmul_group_workspace_bytes(Tmax, n, Ns.data(), K, kseg.data()),
+                 bc::matmul_workspace_bytes(Tmax, 65536, K, ks));
+    Dev<uint8_t> ws(ws_bytes);
+    CK(cudaMemset(ws.p, 0, ws_bytes));
+    for (bool use_ws : {false, true})
+      for (int64_t T : {1, 5, 8, 9, 16}) {
+        bool bits = true;
+        for (int i = 0; i < n; ++i) {
+          dy[i].poison();
+          CK(bc::matmul_bf16(dx.p, T, dw[i].p, Ns[i], K, dref[i].p, nullptr,
+                             bc::MatmulKernel::Rows16x32, nullptr, 0, ks));
+        }
+        CK(bc::matmul_bf16_group(dx.p, T, n, wp, Ns.data(), K, yp, kseg.data(), nullptr,
+                                 use_ws ? ws.p : nullptr, use_ws ? ws_bytes : 0));
+        for (int i = 0; i < n; ++i) {
+          const auto got = dy[i].down(), want = dref[i].down();
+          bits &= same_bits(got.data(), want.data(), size_t(T * Ns[i]) * 4);
+        }
+        check(bits, "matmul_bf16_group" + shape + " kseg=" + std::to_string(ks) +
+                        (use_ws ? " split-K" : "") + " T=" + std::to_string(T) +
+                        " == matmul_bf16 per weight, bitwise");
+      }
+  }
+  check(bc::matmul_bf16_group(dx.p, 17, n, wp, Ns.data(), K, yp, nullptr, nullptr) ==
+            cudaErrorNotSupported,
+        "matmul_bf16_group refuses T = 17" + shape);
 }
 
 void test_matmul(int64_t N, int64_t K, int64_t ref_rows) {
@@ -1942,6 +1996,9 @@ int main() {
   test_matmul(2080, 2600, 16);  // 3 K segments of 1024, the last one partial
   test_matmul(1100, 9000, 8);   // 5 K segments of 2048, the last one partial
   test_matmul(9000, 5000, 4);   // N > 8192 with 3 K segments of 2048
+  test_matmul_group({4096, 1024, 1024}, 4096);  // llama q / k / v: 4 and 8 segments
+  test_matmul_group({300, 1001, 64}, 2600);     // partial blocks, partial last segments
+  test_matmul_group({2080, 2080}, 136);         // one segment each
   test_matmul_scaled_known();
   for (auto f : {bc::ScaledFormat::NVFP4, bc::ScaledFormat::FP8, bc::ScaledFormat::FP8Rows}) {
     test_matmul_scaled(f, 4096, 4096);  // 4 segments of 1024

@@ -407,6 +407,53 @@ class CudaBackend final : public Backend {
         choices_.empty() ? MatmulPlan{} : matmul_plan(choices_, kernel_dtype(w), T, w.rows, w.cols),
         opt_.fast_prefill);
   }
+  // Decode-sized passes (T <= 16) over bf16 weights of the same K whose plans leave the tiling to
+  // Auto or RowsTMA run in one launch (matmul_bf16_group: each output has the bits of its own
+  // matmul); anything else, one matmul each.
+  void matmul_n(const void* x, int64_t T, int n, const WeightRef* const* w,
+                float* const* y) override {
+    constexpr int kMax = 3;
+    MatmulPlan plans[kMax];
+    bool one = n > 1 && n <= kMax && T >= 1 && T <= 16;
+    for (int i = 0; one && i < n; ++i) {
+      plans[i] = choices_.empty()
+                     ? MatmulPlan{}
+                     : matmul_plan(choices_, kernel_dtype(*w[i]), T, w[i]->rows, w[i]->cols);
+      one = !ref::is_scaled(*w[i]) && w[i]->cols == w[0]->cols &&
+            (plans[i].tiling == MatmulKernel::Auto || plans[i].tiling == MatmulKernel::RowsTMA);
+    }
+    if (!one) {
+      Backend::matmul_n(x, T, n, w, y);
+      return;
+    }
+    const bf16_bits* wp[kMax];
+    int64_t N[kMax], kseg[kMax], rows = 0;
+    for (int i = 0; i < n; ++i) {
+      wp[i] = static_cast<const bf16_bits*>(w[i]->data);
+      N[i] = w[i]->rows, kseg[i] = plans[i].kseg, rows += N[i];
+    }
+    const int64_t K = w[0]->cols;
+    const size_t need = matmul_group_workspace_bytes(T, n, N, K, kseg);
+    grow_matmul_workspace(need);
+    void* ws = need <= mm_ws_bytes_ ? mm_ws_ : nullptr;
+    bool refused = false;
+    op("matmul group", rows, K, [&] {
+      const cudaError_t e = matmul_bf16_group(static_cast<const bf16_bits*>(x), T, n, wp, N, K, y,
+                                              kseg, stream_, ws, ws ? mm_ws_bytes_ : 0);
+      refused = e == cudaErrorNotSupported;
+      return refused ? cudaSuccess : e;
+    });
+    if (refused) Backend::matmul_n(x, T, n, w, y);
+  }
+  // The split-K workspace grows to `need` outside recordings only (inside one, the kernels fold
+  // in registers: the same bits).
+  void grow_matmul_workspace(size_t need) {
+    if (need > mm_ws_bytes_ && !capturing()) {
+      if (mm_ws_) dealloc(mm_ws_);
+      mm_ws_bytes_ = std::max(need, mm_ws_bytes_ * 2);
+      mm_ws_ = alloc(mm_ws_bytes_);
+    }
+  }
   // Decode-sized passes run split-K with a workspace (more blocks in flight); it grows outside
   // recordings only (inside one, the kernel folds in registers: the same bits).
   void matmul_run(const void* x, int64_t T, const WeightRef& w, float* y, const MatmulPlan& p,
@@ -416,11 +463,7 @@ class CudaBackend final : public Backend {
     const int64_t kseg = p.kseg ? std::min(p.kseg, w.cols) : matmul_kseg(w.rows, w.cols);
     if (T <= 64 && kseg < w.cols) {
       const size_t need = matmul_workspace_bytes(T, w.rows, w.cols, p.kseg);
-      if (need > mm_ws_bytes_ && !capturing()) {
-        if (mm_ws_) dealloc(mm_ws_);
-        mm_ws_bytes_ = std::max(need, mm_ws_bytes_ * 2);
-        mm_ws_ = alloc(mm_ws_bytes_);
-      }
+      grow_matmul_workspace(need);
       if (need <= mm_ws_bytes_) ws = mm_ws_, ws_bytes = mm_ws_bytes_;
     }
     if (ref::is_scaled(w)) {

@@ -124,6 +124,18 @@ size_t matmul_workspace_bytes(int64_t T, int64_t N, int64_t K, int64_t kseg = 0)
 cudaError_t matmul_bf16(const bf16_bits* x, int64_t T, const bf16_bits* w, int64_t N, int64_t K,
                         float* y, cudaStream_t s, MatmulKernel kernel = MatmulKernel::Auto,
                         void* workspace = nullptr, size_t workspace_bytes = 0, int64_t kseg = 0);
+// y_i = x · W_iᵀ for n <= 3 weights of the same K in one launch (the RowsTMA tiling, T <= 16:
+// q / k / v, gate / up), each with its own segments (kseg[i] as matmul_bf16's kseg; nullptr: the
+// rule) and bitwise what matmul_bf16 gives it. y[i] is [T, N[i]]. With a workspace of
+// matmul_group_workspace_bytes (zeroed before first use, as matmul_bf16's) the segments run in
+// separate blocks. cudaErrorNotSupported where T > 16 or the device cannot make a tensor map:
+// then run matmul_bf16 per weight.
+size_t matmul_group_workspace_bytes(int64_t T, int n, const int64_t* N, int64_t K,
+                                    const int64_t* kseg = nullptr);
+cudaError_t matmul_bf16_group(const bf16_bits* x, int64_t T, int n, const bf16_bits* const* w,
+                              const int64_t* N, int64_t K, float* const* y, const int64_t* kseg,
+                              cudaStream_t s, void* workspace = nullptr,
+                              size_t workspace_bytes = 0);
 
 // --- matmul with scaled weights (HF quantized checkpoints; ops/ref/scaled.h) ----------------
 // y[t, n] = factor(n) · Σ_k inner(n, k) · x[t, k], computed as exactly what matmul_bf16 gives

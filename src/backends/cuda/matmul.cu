@@ -115,16 +115,17 @@ struct BlockSync {
 };
 template <class Each, class Sync = BlockSync>
 __device__ __forceinline__ bool split_k_fold(Each each, float* part, int* counters, int T, int N,
-                                             Sync sync = {}, bool leader = threadIdx.x == 0) {
-  float* p = part + size_t(blockIdx.z) * size_t(T) * N;
+                                             Sync sync = {}, bool leader = threadIdx.x == 0,
+                                             int segs = int(gridDim.z), int seg = int(blockIdx.z),
+                                             int tile = int(blockIdx.y * gridDim.x + blockIdx.x)) {
+  float* p = part + size_t(seg) * size_t(T) * N;
   each([&](int r, int c, float& v) {
     if (r < T && c < N) p[size_t(r) * N + c] = v;
   });
   __threadfence();
   sync();
   __shared__ int is_last;
-  const int tile = blockIdx.y * gridDim.x + blockIdx.x;
-  if (leader) is_last = atomicAdd(&counters[tile], 1) == int(gridDim.z) - 1;
+  if (leader) is_last = atomicAdd(&counters[tile], 1) == segs - 1;
   sync();
   if (!is_last) return false;
   __threadfence();
@@ -132,7 +133,7 @@ __device__ __forceinline__ bool split_k_fold(Each each, float* part, int* counte
     if (r >= T || c >= N) return;
     const size_t o = size_t(r) * N + c;
     float sum = __ldcg(part + o);
-    for (int z = 1; z < int(gridDim.z); ++z)
+    for (int z = 1; z < segs; ++z)
       sum = __fadd_rn(sum, __ldcg(part + size_t(z) * size_t(T) * N + o));
     v = sum;
   });
@@ -758,7 +759,9 @@ cudaError_t launch_tma(const bf16_bits* x, int T, const bf16_bits* w, int N, int
 // A bitwise equal to the mma.sync chain, so this is matmul_bf16 exactly (tests/gpu). Decode is
 // bytes: a block streams 64 rows of one segment, several blocks an SM keep enough copies in
 // flight, and no thread computes an address. With a workspace the segments run in separate
-// blocks (split_k_fold); without, they fold in registers.
+// blocks (split_k_fold); without, they fold in registers. One launch may cover up to three
+// weights of the same K (matmul_bf16_group: q / k / v, gate / up), each with its own segments,
+// partials and output: the blocks of weight i follow those of weight i - 1 on grid x.
 template <int NT, int STAGES>
 struct RowsTmaCfg {
   static constexpr int kBK = 64, kThreads = 160;
@@ -767,38 +770,72 @@ struct RowsTmaCfg {
   static_assert(kStageBytes % 1024 == 0, "stages stay on 1024-byte swizzle atoms");
 };
 
+constexpr int kMaxGroup = 3;
+struct RowsGroup {
+  int n = 1;                      // weights
+  int blocks[kMaxGroup] = {};     // their 64-row blocks
+  int item_end[kMaxGroup] = {};   // blocks × launched segments, cumulative: one 1-D grid
+  int N[kMaxGroup] = {};          // rows
+  int seg_tiles[kMaxGroup] = {};  // k-stages a segment
+  int segs[kMaxGroup] = {};       // segments
+  float* y[kMaxGroup] = {};
+  int ldy[kMaxGroup] = {};
+  float* part[kMaxGroup] = {};  // split partials [segs, T, N]; nullptr: fold in registers
+};
+
 template <int NT, int STAGES, bool FOLD>
 __global__ void __launch_bounds__(160, 3)
     matmul_tma_rows_kernel(const __grid_constant__ CUtensorMap tx,
-                           const __grid_constant__ CUtensorMap tw, float* __restrict__ y, int T,
-                           int N, int K, int ldy, int kSegTiles, float* __restrict__ part,
+                           const __grid_constant__ CUtensorMap tw0,
+                           const __grid_constant__ CUtensorMap tw1,
+                           const __grid_constant__ CUtensorMap tw2, const RowsGroup g, int T, int K,
                            int* __restrict__ counters, Epi epi) {
   using C = RowsTmaCfg<NT, STAGES>;
+  // Block b: weight gi, then (segment z, 64-row block) of that weight's items. The fields are
+  // read with constant indices (a dynamic index copies the struct to local memory).
+  int gi = 0, item0 = 0, tile0 = 0;
+  int N = g.N[0], segs = g.segs[0], seg_tiles = g.seg_tiles[0], blocks = g.blocks[0];
+  int ldy = g.ldy[0];
+  float* y = g.y[0];
+  float* part = g.part[0];
+#pragma unroll
+  for (int i = 1; i < kMaxGroup; ++i)
+    if (i < g.n && int(blockIdx.x) >= g.item_end[i - 1]) {
+      gi = i, item0 = g.item_end[i - 1], tile0 += g.blocks[i - 1];
+      N = g.N[i], segs = g.segs[i], seg_tiles = g.seg_tiles[i], blocks = g.blocks[i];
+      ldy = g.ldy[i], y = g.y[i], part = g.part[i];
+    }
+  const bool split = part != nullptr;
+  const int item = int(blockIdx.x) - item0;
+  const int z = item / blocks, blk = item % blocks;
+  const int tile = tile0 + blk;  // counters: one per 64-row block of the group
   extern __shared__ __align__(16) unsigned char smem_raw[];
   unsigned char* const sm = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const uint32_t sm_s = smem_addr(sm);
   const uint32_t bars = sm_s + uint32_t(STAGES * C::kStageBytes);
-  const int n0 = blockIdx.x * 64;
+  const int n0 = blk * 64;
   const int tid = threadIdx.x;
-  const bool split = gridDim.z > 1;
   const int KT_all = (K + C::kBK - 1) / C::kBK;
-  const int kt0 = split ? int(blockIdx.z) * kSegTiles : 0;
-  const int KT = split ? min(KT_all - kt0, kSegTiles) : KT_all;
+  const int kt0 = split ? z * seg_tiles : 0;
+  const int KT = split ? min(KT_all - kt0, seg_tiles) : KT_all;
   if (tid == 0) tma_init_bars<STAGES>(bars, 4);
   __syncthreads();
   pdl_trigger();
   if (tid >= 128) {  // the producer warp: W in A (the first kABytes), x in B
     if (tid == 128)
-      tma_produce<STAGES, C::kStageBytes>(sm_s, bars, &tw, n0, 0u, &tx, 0, uint32_t(C::kABytes),
-                                          kt0, KT);
+      tma_produce<STAGES, C::kStageBytes>(sm_s, bars,
+                                          gi == 0   ? &tw0
+                                          : gi == 1 ? &tw1
+                                                    : &tw2,
+                                          n0, 0u, &tx, 0, uint32_t(C::kABytes), kt0, KT);
     return;
   }
   pdl_wait();  // y may still be read by the previous kernel
   const int lane = tid & 31, wq = tid >> 5;
   float acc[NT / 2];
   float tot[FOLD ? NT / 2 : 1];
-  tma_consume<NT, STAGES, C::kStageBytes, FOLD>(sm, bars, 0, C::kABytes, KT, kSegTiles, acc, tot,
+  tma_consume<NT, STAGES, C::kStageBytes, FOLD>(sm, bars, 0, C::kABytes, KT, seg_tiles, acc, tot,
                                                 lane);
   float* res = FOLD ? tot : acc;
   // res[4j + e]: weight row 16·wq + lane/4 (+ 8 for e >= 2), token 8j + 2·(lane % 4) (+ 1).
@@ -812,39 +849,80 @@ __global__ void __launch_bounds__(160, 3)
   };
   if (!FOLD && split) {
     auto sync = [] { asm volatile("bar.sync 1, 128;\n" ::: "memory"); };
-    if (!split_k_fold(each, part, counters, T, N, sync, tid == 0)) return;
+    if (!split_k_fold(each, part, counters, T, N, sync, tid == 0, segs, z, tile)) return;
   }
   each([&](int t, int n, float& v) {
     if (t < T && n < N) y[size_t(t) * ldy + n] = epi.on ? __fmul_rn(epi_factor(epi, n), v) : v;
   });
 }
 
+// The group's partials after the counters: weight i's [segs_i, T, N_i] where it has segments.
+size_t group_workspace_bytes(int64_t T, int n, const int64_t* N, int64_t K, const int64_t* kseg) {
+  size_t b = counter_bytes();
+  for (int i = 0; i < n; ++i)
+    if (kseg[i] < K) b += size_t((K + kseg[i] - 1) / kseg[i]) * size_t(T) * size_t(N[i]) * 4;
+  return b;
+}
+
+// n weights of the same K (resolved ksegs); ys[i] with row stride ldys[i]. cudaErrorNotSupported
+// where T > 16 or a tensor map cannot be made (the caller runs another tiling).
 template <int NT, int STAGES>
-cudaError_t launch_tma_rows(const bf16_bits* x, int T, const bf16_bits* w, int N, int K, float* y,
-                            cudaStream_t s, void* ws, size_t ws_bytes, int64_t kseg, int ldy,
-                            Epi epi, bool pdl) {
+cudaError_t launch_tma_rows(const bf16_bits* x, int T, int n, const bf16_bits* const* w,
+                            const int64_t* N, int K, float* const* ys, const int* ldys,
+                            const int64_t* kseg, cudaStream_t s, void* ws, size_t ws_bytes, Epi epi,
+                            bool pdl) {
   using C = RowsTmaCfg<NT, STAGES>;
-  if (T > NT) return cudaErrorNotSupported;
-  const unsigned col_blocks = unsigned((N + 63) / 64);
-  CUtensorMap tx, tw;
-  if (!bf16_tile_map(&tx, x, T, K, NT) || !bf16_tile_map(&tw, w, N, K, 64))
-    return cudaErrorNotSupported;
-  const int segs = int((K + kseg - 1) / kseg);
-  const int seg_tiles = segs == 1 ? (K + C::kBK - 1) / C::kBK : int(kseg / C::kBK);
-  const bool split = segs > 1 && int64_t(col_blocks) <= kMaxTiles && ws &&
-                     ws_bytes >= workspace_bytes_kseg(T, N, K, kseg);
-  int* counters = static_cast<int*>(ws);
-  float* part =
-      split ? reinterpret_cast<float*>(static_cast<char*>(ws) + counter_bytes()) : nullptr;
+  if (T > NT || n < 1 || n > kMaxGroup) return cudaErrorNotSupported;
+  CUtensorMap tx, tw[kMaxGroup];
+  if (!bf16_tile_map(&tx, x, T, K, NT)) return cudaErrorNotSupported;
+  RowsGroup g;
+  g.n = n;
+  int blocks = 0;
+  bool any_segs = false;
+  for (int i = 0; i < n; ++i) {
+    if (!bf16_tile_map(&tw[i], w[i], N[i], K, 64)) return cudaErrorNotSupported;
+    g.blocks[i] = int((N[i] + 63) / 64);
+    blocks += g.blocks[i];
+    g.N[i] = int(N[i]);
+    g.segs[i] = int((K + kseg[i] - 1) / kseg[i]);
+    g.seg_tiles[i] = g.segs[i] == 1 ? (K + C::kBK - 1) / C::kBK : int(kseg[i] / C::kBK);
+    g.y[i] = ys[i];
+    g.ldy[i] = ldys[i];
+    any_segs |= g.segs[i] > 1;
+  }
+  for (int i = n; i < kMaxGroup; ++i) tw[i] = tw[0];
+  // Split-K (all weights with segments, or none): the workspace holds every partial.
+  const bool split =
+      any_segs && blocks <= kMaxTiles && ws && ws_bytes >= group_workspace_bytes(T, n, N, K, kseg);
+  char* p = static_cast<char*>(ws) + counter_bytes();
+  int items = 0;
+  for (int i = 0; i < n; ++i) {
+    if (split && g.segs[i] > 1) {
+      g.part[i] = reinterpret_cast<float*>(p);
+      p += size_t(g.segs[i]) * size_t(T) * size_t(N[i]) * 4;
+    }
+    items += g.blocks[i] * (g.part[i] ? g.segs[i] : 1);
+    g.item_end[i] = items;
+  }
   constexpr auto kFold = matmul_tma_rows_kernel<NT, STAGES, true>;
   constexpr auto kOne = matmul_tma_rows_kernel<NT, STAGES, false>;
-  const bool fold = segs > 1 && !split;
+  const bool fold = any_segs && !split;
   if (const cudaError_t e = fold ? allow_smem<kFold>(C::kSmem) : allow_smem<kOne>(C::kSmem);
       e != cudaSuccess)
     return e;
-  return launch_pdl(fold ? kFold : kOne, dim3(col_blocks, 1, split ? unsigned(segs) : 1u),
-                    dim3(C::kThreads), C::kSmem, s, pdl, tx, tw, y, T, N, K, ldy, seg_tiles, part,
-                    counters, epi);
+  return launch_pdl(fold ? kFold : kOne, dim3(unsigned(items)), dim3(C::kThreads), C::kSmem, s, pdl,
+                    tx, tw[0], tw[1], tw[2], g, T, K, static_cast<int*>(ws), epi);
+}
+
+template <int STAGES>
+cudaError_t launch_tma_rows_any(const bf16_bits* x, int T, int n, const bf16_bits* const* w,
+                                const int64_t* N, int K, float* const* ys, const int* ldys,
+                                const int64_t* kseg, cudaStream_t s, void* ws, size_t ws_bytes,
+                                Epi epi, bool pdl) {
+  return T <= 8 ? launch_tma_rows<8, STAGES>(x, T, n, w, N, K, ys, ldys, kseg, s, ws, ws_bytes, epi,
+                                             pdl)
+                : launch_tma_rows<16, STAGES>(x, T, n, w, N, K, ys, ldys, kseg, s, ws, ws_bytes,
+                                              epi, pdl);
 }
 
 // The grouped matmul of the MoE experts (kernels.h moe_matmul): the Rows16x32 tiling (16 rows ×
@@ -1042,16 +1120,15 @@ cudaError_t dispatch_bf16(const bf16_bits* x, int T, const bf16_bits* w, int N, 
     case MatmulKernel::TileWG64:
       return launch_wg<1, 64, 6>(x, T, w, N, K, y, s, workspace, workspace_bytes, kseg, ldy, epi,
                                  pdl);
-    case MatmulKernel::RowsTMA:
-      if (const cudaError_t e = T <= 8
-                                    ? launch_tma_rows<8, 6>(x, T, w, N, K, y, s, workspace,
-                                                            workspace_bytes, kseg, ldy, epi, pdl)
-                                    : launch_tma_rows<16, 6>(x, T, w, N, K, y, s, workspace,
-                                                             workspace_bytes, kseg, ldy, epi, pdl);
+    case MatmulKernel::RowsTMA: {
+      const int64_t n64 = N;
+      if (const cudaError_t e = launch_tma_rows_any<6>(x, T, 1, &w, &n64, K, &y, &ldy, &kseg, s,
+                                                       workspace, workspace_bytes, epi, pdl);
           e != cudaErrorNotSupported)
         return e;
       return launch<16, 32, 128, 1, 4, 4>(x, T, w, N, K, y, s, workspace, workspace_bytes, kseg,
                                           ldy, epi, pdl);
+    }
     case MatmulKernel::TileTMA64:
       if (const cudaError_t e = launch_tma<1, 128, 4>(x, T, w, N, K, y, s, kseg, ldy, epi, pdl);
           e != cudaErrorNotSupported)
@@ -1078,6 +1155,37 @@ cudaError_t matmul_bf16(const bf16_bits* x, int64_t T, const bf16_bits* w, int64
   if (T == 0) return cudaSuccess;
   return dispatch_bf16(x, int(T), w, int(N), int(K), y, s, kernel, workspace, workspace_bytes, kseg,
                        int(N), N);
+}
+
+size_t matmul_group_workspace_bytes(int64_t T, int n, const int64_t* N, int64_t K,
+                                    const int64_t* kseg) {
+  int64_t ks[kMaxGroup];
+  if (n < 1 || n > kMaxGroup) return 0;
+  for (int i = 0; i < n; ++i) {
+    ks[i] = resolve_kseg(N[i], K, kseg ? kseg[i] : 0);
+    if (ks[i] <= 0) return 0;
+  }
+  return group_workspace_bytes(T, n, N, K, ks);
+}
+
+cudaError_t matmul_bf16_group(const bf16_bits* x, int64_t T, int n, const bf16_bits* const* w,
+                              const int64_t* N, int64_t K, float* const* y, const int64_t* kseg,
+                              cudaStream_t s, void* workspace, size_t workspace_bytes) {
+  if (n < 1 || n > kMaxGroup || T < 0 || K <= 0 || K % 8 || K > 0x7fffffff ||
+      reinterpret_cast<uintptr_t>(x) % 16)
+    return cudaErrorInvalidValue;
+  int64_t ks[kMaxGroup];
+  int ldy[kMaxGroup];
+  for (int i = 0; i < n; ++i) {
+    if (N[i] <= 0 || N[i] > 0x7fffffff || reinterpret_cast<uintptr_t>(w[i]) % 16)
+      return cudaErrorInvalidValue;
+    ks[i] = resolve_kseg(N[i], K, kseg ? kseg[i] : 0);
+    if (ks[i] <= 0) return cudaErrorInvalidValue;
+    ldy[i] = int(N[i]);
+  }
+  if (T == 0) return cudaSuccess;
+  return launch_tma_rows_any<6>(x, int(T), n, w, N, int(K), y, ldy, ks, s, workspace,
+                                workspace_bytes, Epi{}, true);
 }
 
 cudaError_t moe_matmul(const bf16_bits* x, int64_t row_div, const bf16_bits* const* w0,
