@@ -479,7 +479,7 @@ int main(int argc, char** argv) {
           const bool wg64 =
               kern == bc::MatmulKernel::TileWG64 || kern == bc::MatmulKernel::TileTMA64;
           if ((T == 1 && (tile || wg64)) || (T >= 512 && !tile) || (tile && split) ||
-              (kern == bc::MatmulKernel::RowsTMA && T > 16))
+              (kern == bc::MatmulKernel::RowsTMA && T > 64))
             continue;
           const double ms = time_ms(
               [&](int i) {

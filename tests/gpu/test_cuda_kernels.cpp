@@ -312,7 +312,7 @@ const char* mm_name(bc::MatmulKernel k) {
 // recipe-style explicit kseg; more than 16 rows is refused (the caller loops).
 void test_matmul_group(std::vector<int64_t> Ns, int64_t K) {
   const int n = int(Ns.size());
-  const int64_t Tmax = 16;
+  const int64_t Tmax = 64;
   auto x = rand_bf16(Tmax * K);
   Dev<uint16_t> dx(Tmax * K);
   dx.up(x);
@@ -337,7 +337,7 @@ void test_matmul_group(std::vector<int64_t> Ns, int64_t K) {
     Dev<uint8_t> ws(ws_bytes);
     CK(cudaMemset(ws.p, 0, ws_bytes));
     for (bool use_ws : {false, true})
-      for (int64_t T : {1, 5, 8, 9, 16}) {
+      for (int64_t T : {1, 5, 8, 9, 16, 17, 40, 64}) {
         bool bits = true;
         for (int i = 0; i < n; ++i) {
           dy[i].poison();
@@ -355,9 +355,9 @@ void test_matmul_group(std::vector<int64_t> Ns, int64_t K) {
                         " == matmul_bf16 per weight, bitwise");
       }
   }
-  check(bc::matmul_bf16_group(dx.p, 17, n, wp, Ns.data(), K, yp, nullptr, nullptr) ==
+  check(bc::matmul_bf16_group(dx.p, 65, n, wp, Ns.data(), K, yp, nullptr, nullptr) ==
             cudaErrorNotSupported,
-        "matmul_bf16_group refuses T = 17" + shape);
+        "matmul_bf16_group refuses T = 65" + shape);
 }
 
 void test_matmul(int64_t N, int64_t K, int64_t ref_rows) {

@@ -407,14 +407,14 @@ class CudaBackend final : public Backend {
         choices_.empty() ? MatmulPlan{} : matmul_plan(choices_, kernel_dtype(w), T, w.rows, w.cols),
         opt_.fast_prefill);
   }
-  // Decode-sized passes (T <= 16) over bf16 weights of the same K whose plans leave the tiling to
+  // Passes of up to 64 rows over bf16 weights of the same K whose plans leave the tiling to
   // Auto or RowsTMA run in one launch (matmul_bf16_group: each output has the bits of its own
   // matmul); anything else, one matmul each.
   void matmul_n(const void* x, int64_t T, int n, const WeightRef* const* w,
                 float* const* y) override {
     constexpr int kMax = 3;
     MatmulPlan plans[kMax];
-    bool one = n > 1 && n <= kMax && T >= 1 && T <= 16;
+    bool one = n > 1 && n <= kMax && T >= 1 && T <= 64;
     for (int i = 0; one && i < n; ++i) {
       plans[i] = choices_.empty()
                      ? MatmulPlan{}

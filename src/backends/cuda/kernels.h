@@ -84,8 +84,8 @@ cudaError_t stream_delay(int64_t ns, cudaStream_t s);
 // from 0; the order depends on K alone. All variants compute exactly that; they differ in tiling.
 // (The enum values of MatmulKernel, ScaledKernel and AttnKernel are recipe parameters: keep them.)
 enum class MatmulKernel : uint8_t {
-  Auto,           // T > 64: TileTMA; 17-64 rows: TileTMA64; else RowsTMA (each falls back to a
-                  // cp.async tiling where a tensor map cannot be made)
+  Auto,           // T > 64: TileTMA, else RowsTMA (each falls back to a cp.async tiling where a
+                  // tensor map cannot be made)
   Rows16x32,      // 16 rows (T padded) × 32 columns per block, 4 warps, k-stage 128: decode
   Rows16x16,      // 16 rows × 16 columns per block, 2 warps, k-stage 256: decode, more blocks
   Rows16x32Deep,  // as Rows16x32 with k-stage 256 and 6 stages: more bytes in flight per SM
@@ -99,9 +99,9 @@ enum class MatmulKernel : uint8_t {
                   // 6 mbarrier stages, segments folded in registers: prefill
   TileTMA64,      // 64 × 128 per block, one consumer warpgroup fed by TMA, 4 stages, two blocks
                   // an SM, segments folded in registers: batches of 17-64 rows
-  RowsTMA,        // T <= 16: W in wgmma's A (64 rows a block), the tokens in B, TMA-fed through
-                  // 6 stages by a producer warp, split-K blocks with a workspace (T > 16:
-                  // Rows16x32)
+  RowsTMA,        // T <= 64: W in wgmma's A (64 rows a block), the tokens in B, TMA-fed through
+                  // 6 stages by a producer warp, split-K blocks with a workspace up to 16 rows
+                  // (T > 64: Rows16x32)
 };
 // Split-K fixed by the weight shape alone: segments of matmul_kseg(N, K) (the last shorter);
 // y = ((c_0 + c_1) + c_2) + ... with c_s the chain over segment s. With a workspace of
@@ -124,11 +124,11 @@ size_t matmul_workspace_bytes(int64_t T, int64_t N, int64_t K, int64_t kseg = 0)
 cudaError_t matmul_bf16(const bf16_bits* x, int64_t T, const bf16_bits* w, int64_t N, int64_t K,
                         float* y, cudaStream_t s, MatmulKernel kernel = MatmulKernel::Auto,
                         void* workspace = nullptr, size_t workspace_bytes = 0, int64_t kseg = 0);
-// y_i = x · W_iᵀ for n <= 3 weights of the same K in one launch (the RowsTMA tiling, T <= 16:
+// y_i = x · W_iᵀ for n <= 3 weights of the same K in one launch (the RowsTMA tiling, T <= 64:
 // q / k / v, gate / up), each with its own segments (kseg[i] as matmul_bf16's kseg; nullptr: the
 // rule) and bitwise what matmul_bf16 gives it. y[i] is [T, N[i]]. With a workspace of
 // matmul_group_workspace_bytes (zeroed before first use, as matmul_bf16's) the segments run in
-// separate blocks. cudaErrorNotSupported where T > 16 or the device cannot make a tensor map:
+// separate blocks. cudaErrorNotSupported where T > 64 or the device cannot make a tensor map:
 // then run matmul_bf16 per weight.
 size_t matmul_group_workspace_bytes(int64_t T, int n, const int64_t* N, int64_t K,
                                     const int64_t* kseg = nullptr);

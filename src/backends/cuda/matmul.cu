@@ -752,14 +752,14 @@ cudaError_t launch_tma(const bf16_bits* x, int T, const bf16_bits* w, int N, int
                     s, pdl && T <= 64, tx, tw, y, T, N, K, ldy, seg_tiles, epi);
 }
 
-// The TMA decode tiling (RowsTMA, T <= 16): W in wgmma's A operand (64 weight rows a block), the
-// tokens in B (n8 for T <= 8, n16 for T <= 16), both copied by TMA (x's box is NT rows: the rows
-// past T arrive as zeros) into STAGES buffers by a producer warp; one consumer warpgroup issues
-// four wgmma.m64nNTk16 a stage and nothing else. bench/cuda/wgmma_probe found the chain with W as
-// A bitwise equal to the mma.sync chain, so this is matmul_bf16 exactly (tests/gpu). Decode is
-// bytes: a block streams 64 rows of one segment, several blocks an SM keep enough copies in
-// flight, and no thread computes an address. With a workspace the segments run in separate
-// blocks (split_k_fold); without, they fold in registers. One launch may cover up to three
+// The TMA decode tiling (RowsTMA, T <= 64): W in wgmma's A operand (64 weight rows a block), the
+// tokens in B (n8, n16, n32 or n64: the smallest that holds T), both copied by TMA (x's box is NT
+// rows: the rows past T arrive as zeros) into STAGES buffers by a producer warp; one consumer
+// warpgroup issues four wgmma.m64nNTk16 a stage and nothing else. bench/cuda/wgmma_probe found the
+// chain with W as A bitwise equal to the mma.sync chain, so this is matmul_bf16 exactly
+// (tests/gpu). Decode is bytes: a block streams 64 rows of one segment, several blocks an SM keep
+// enough copies in flight, and no thread computes an address. With a workspace the segments run in
+// separate blocks (split_k_fold); without, they fold in registers. One launch may cover up to three
 // weights of the same K (matmul_bf16_group: q / k / v, gate / up), each with its own segments,
 // partials and output: the blocks of weight i follow those of weight i - 1 on grid x.
 template <int NT, int STAGES>
@@ -865,7 +865,7 @@ size_t group_workspace_bytes(int64_t T, int n, const int64_t* N, int64_t K, cons
 }
 
 // n weights of the same K (resolved ksegs); ys[i] with row stride ldys[i]. cudaErrorNotSupported
-// where T > 16 or a tensor map cannot be made (the caller runs another tiling).
+// where T > 64 or a tensor map cannot be made (the caller runs another tiling).
 template <int NT, int STAGES>
 cudaError_t launch_tma_rows(const bf16_bits* x, int T, int n, const bf16_bits* const* w,
                             const int64_t* N, int K, float* const* ys, const int* ldys,
@@ -891,9 +891,10 @@ cudaError_t launch_tma_rows(const bf16_bits* x, int T, int n, const bf16_bits* c
     any_segs |= g.segs[i] > 1;
   }
   for (int i = n; i < kMaxGroup; ++i) tw[i] = tw[0];
-  // Split-K (all weights with segments, or none): the workspace holds every partial.
-  const bool split =
-      any_segs && blocks <= kMaxTiles && ws && ws_bytes >= group_workspace_bytes(T, n, N, K, kseg);
+  // Split-K (all weights with segments, or none; up to 16 rows: above, the partials cost more
+  // than the blocks gain, H100 T = 32 / 64): the workspace holds every partial.
+  const bool split = any_segs && T <= 16 && blocks <= kMaxTiles && ws &&
+                     ws_bytes >= group_workspace_bytes(T, n, N, K, kseg);
   char* p = static_cast<char*>(ws) + counter_bytes();
   int items = 0;
   for (int i = 0; i < n; ++i) {
@@ -919,10 +920,13 @@ cudaError_t launch_tma_rows_any(const bf16_bits* x, int T, int n, const bf16_bit
                                 const int64_t* N, int K, float* const* ys, const int* ldys,
                                 const int64_t* kseg, cudaStream_t s, void* ws, size_t ws_bytes,
                                 Epi epi, bool pdl) {
-  return T <= 8 ? launch_tma_rows<8, STAGES>(x, T, n, w, N, K, ys, ldys, kseg, s, ws, ws_bytes, epi,
-                                             pdl)
-                : launch_tma_rows<16, STAGES>(x, T, n, w, N, K, ys, ldys, kseg, s, ws, ws_bytes,
-                                              epi, pdl);
+  if (T <= 8)
+    return launch_tma_rows<8, STAGES>(x, T, n, w, N, K, ys, ldys, kseg, s, ws, ws_bytes, epi, pdl);
+  if (T <= 16)
+    return launch_tma_rows<16, STAGES>(x, T, n, w, N, K, ys, ldys, kseg, s, ws, ws_bytes, epi, pdl);
+  if (T <= 32)
+    return launch_tma_rows<32, STAGES>(x, T, n, w, N, K, ys, ldys, kseg, s, ws, ws_bytes, epi, pdl);
+  return launch_tma_rows<64, STAGES>(x, T, n, w, N, K, ys, ldys, kseg, s, ws, ws_bytes, epi, pdl);
 }
 
 // The grouped matmul of the MoE experts (kernels.h moe_matmul): the Rows16x32 tiling (16 rows ×
@@ -1081,8 +1085,10 @@ cudaError_t launch_moe(const bf16_bits* x, int64_t row_div, const bf16_bits* con
 // - T <= 16 (decode): RowsTMA (T = 1, split-K with the workspace: 14336 x 4096 45.6 against the
 //   best cp.async tiling's 50.2, 4096 x 14336 48.4 against 50.0, 4096 x 4096 20.5 against 20.4;
 //   T = 16: 48.1 / 58.4 / 23.2 against 56.6 / 54.9 / 23.1).
-// - 17-64 rows (serving batches): TileTMA64 (T = 64: 4096 x 4096 29.4 against TileWG64's 41.4,
-//   14336 x 4096 50.4 against 52.2, 4096 x 14336 81.2 against 103.3).
+// - 17-64 rows (serving batches): RowsTMA, segments folded in registers (T = 32 / 64: 4096 x 4096
+//   23.1 / 25.1 against TileTMA64's 29.8 / 30.4 and TileWG64's 38.1 / 41.4; 14336 x 4096 47.6 /
+//   50.1 against 49.1 / 50.4; 4096 x 14336 58.5 / 62.7 against 79.8 / 80.1; its split-K blocks
+//   were slower there: 30.0 / 40.3 on 4096 x 4096).
 // - T > 64 (prefill): TileTMA (T = 512 / 2048, TFLOP/s: 441 / 512 on 4096 x 4096, 480 / 549 on
 //   14336 x 4096, 562 / 568 on 4096 x 14336, against TileWG / TileWG2's 191-308).
 // The cp.async tilings stay as variants (and as the fallback).
@@ -1093,9 +1099,7 @@ cudaError_t dispatch_bf16(const bf16_bits* x, int T, const bf16_bits* w, int N, 
                           size_t workspace_bytes, int64_t kseg, int ldy, int64_t full_n,
                           Epi epi = {}, bool pdl = true) {
   if (kernel == MatmulKernel::Auto) {
-    kernel = T > 64   ? MatmulKernel::TileTMA
-             : T > 16 ? MatmulKernel::TileTMA64
-                      : MatmulKernel::RowsTMA;
+    kernel = T > 64 ? MatmulKernel::TileTMA : MatmulKernel::RowsTMA;
   }
   switch (kernel) {
     case MatmulKernel::Rows16x16:
