@@ -414,12 +414,13 @@ class CudaBackend final : public Backend {
                 float* const* y) override {
     constexpr int kMax = 3;
     MatmulPlan plans[kMax];
-    bool one = n > 1 && n <= kMax && T >= 1 && T <= 64;
+    bool one = n > 1 && n <= kMax && T >= 1 && T <= 64 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
     for (int i = 0; one && i < n; ++i) {
       plans[i] = choices_.empty()
                      ? MatmulPlan{}
                      : matmul_plan(choices_, kernel_dtype(*w[i]), T, w[i]->rows, w[i]->cols);
       one = !ref::is_scaled(*w[i]) && w[i]->cols == w[0]->cols &&
+            reinterpret_cast<uintptr_t>(w[i]->data) % 16 == 0 &&
             (plans[i].tiling == MatmulKernel::Auto || plans[i].tiling == MatmulKernel::RowsTMA);
     }
     if (!one) {
