@@ -470,12 +470,12 @@ int main(int argc, char** argv) {
             bc::MatmulKernel::Rows16x32Deep, bc::MatmulKernel::Tile128,
             bc::MatmulKernel::Tile128K64, bc::MatmulKernel::TileWG, bc::MatmulKernel::TileWG2,
             bc::MatmulKernel::TileWG64, bc::MatmulKernel::TileTMA, bc::MatmulKernel::TileTMA64,
-            bc::MatmulKernel::RowsTMA})
+            bc::MatmulKernel::RowsTMA, bc::MatmulKernel::TileTMA256})
         for (bool split : {false, true}) {
-          const bool tile = kern == bc::MatmulKernel::Tile128 ||
-                            kern == bc::MatmulKernel::Tile128K64 ||
-                            kern == bc::MatmulKernel::TileWG || kern == bc::MatmulKernel::TileWG2 ||
-                            kern == bc::MatmulKernel::TileTMA;
+          const bool tile =
+              kern == bc::MatmulKernel::Tile128 || kern == bc::MatmulKernel::Tile128K64 ||
+              kern == bc::MatmulKernel::TileWG || kern == bc::MatmulKernel::TileWG2 ||
+              kern == bc::MatmulKernel::TileTMA || kern == bc::MatmulKernel::TileTMA256;
           const bool wg64 =
               kern == bc::MatmulKernel::TileWG64 || kern == bc::MatmulKernel::TileTMA64;
           if ((T == 1 && (tile || wg64)) || (T >= 512 && !tile) || (tile && split) ||
@@ -501,6 +501,7 @@ int main(int argc, char** argv) {
               : kern == bc::MatmulKernel::TileTMA       ? "TileTMA"
               : kern == bc::MatmulKernel::TileTMA64     ? (split ? "TMA64+sK" : "TileTMA64")
               : kern == bc::MatmulKernel::RowsTMA       ? (split ? "RTMA+sK" : "RowsTMA")
+              : kern == bc::MatmulKernel::TileTMA256    ? "TileTMA256"
                                                         : "Tile128";
           std::printf("%-10s %6lld %6lld %6lld %-10s %10.2f %9.0f %6.1f%% %9.1f\n", "matmul",
                       (long long)T, (long long)sh.N, (long long)sh.K, kn, ms * 1e3, gbs,

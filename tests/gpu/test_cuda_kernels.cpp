@@ -272,11 +272,11 @@ const bc::MatmulKernel kMmKernels[] = {
     bc::MatmulKernel::Rows16x32, bc::MatmulKernel::Rows16x16,  bc::MatmulKernel::Rows16x32Deep,
     bc::MatmulKernel::Tile128,   bc::MatmulKernel::Tile128K64, bc::MatmulKernel::TileWG,
     bc::MatmulKernel::TileWG2,   bc::MatmulKernel::TileWG64,   bc::MatmulKernel::TileTMA,
-    bc::MatmulKernel::TileTMA64, bc::MatmulKernel::RowsTMA};
+    bc::MatmulKernel::TileTMA64, bc::MatmulKernel::RowsTMA,    bc::MatmulKernel::TileTMA256};
 bool is_tile(bc::MatmulKernel k) {
   return k == bc::MatmulKernel::Tile128 || k == bc::MatmulKernel::Tile128K64 ||
          k == bc::MatmulKernel::TileWG || k == bc::MatmulKernel::TileWG2 ||
-         k == bc::MatmulKernel::TileTMA;
+         k == bc::MatmulKernel::TileTMA || k == bc::MatmulKernel::TileTMA256;
 }
 const char* mm_name(bc::MatmulKernel k) {
   switch (k) {
@@ -302,6 +302,8 @@ const char* mm_name(bc::MatmulKernel k) {
       return "TileTMA64";
     case bc::MatmulKernel::RowsTMA:
       return "RowsTMA";
+    case bc::MatmulKernel::TileTMA256:
+      return "TileTMA256";
     default:
       return "Auto";
   }

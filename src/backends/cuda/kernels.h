@@ -102,6 +102,8 @@ enum class MatmulKernel : uint8_t {
   RowsTMA,        // T <= 64: W in wgmma's A (64 rows a block), the tokens in B, TMA-fed through
                   // 6 stages by a producer warp, split-K blocks with a workspace up to 16 rows
                   // (T > 64: Rows16x32)
+  TileTMA256,     // TileTMA with 128 × 256 blocks (4 stages) for one-segment weights; others run
+                  // TileTMA. Compiled, not yet measured on a device (2026-12-05)
 };
 // Split-K fixed by the weight shape alone: segments of matmul_kseg(N, K) (the last shorter);
 // y = ((c_0 + c_1) + c_2) + ... with c_s the chain over segment s. With a workspace of

@@ -742,14 +742,21 @@ cudaError_t launch_tma(const bf16_bits* x, int T, const bf16_bits* w, int N, int
     return cudaErrorNotSupported;
   const int segs = int((K + kseg - 1) / kseg);
   const int seg_tiles = segs == 1 ? (K + C::kBK - 1) / C::kBK : int(kseg / C::kBK);
-  constexpr auto kFold = matmul_tma_kernel<CWG, BN, STAGES, true>;
   constexpr auto kOne = matmul_tma_kernel<CWG, BN, STAGES, false>;
-  const bool fold = segs > 1;
-  if (const cudaError_t e = fold ? allow_smem<kFold>(C::kSmem) : allow_smem<kOne>(C::kSmem);
-      e != cudaSuccess)
-    return e;
-  return launch_pdl(fold ? kFold : kOne, dim3(row_blocks, col_blocks), dim3(C::kThreads), C::kSmem,
-                    s, pdl && T <= 64, tx, tw, y, T, N, K, ldy, seg_tiles, epi);
+  if constexpr (BN > 128) {  // one accumulator set (128 registers): one-segment weights only
+    if (segs > 1) return cudaErrorNotSupported;
+    if (const cudaError_t e = allow_smem<kOne>(C::kSmem); e != cudaSuccess) return e;
+    return launch_pdl(kOne, dim3(row_blocks, col_blocks), dim3(C::kThreads), C::kSmem, s,
+                      pdl && T <= 64, tx, tw, y, T, N, K, ldy, seg_tiles, epi);
+  } else {
+    constexpr auto kFold = matmul_tma_kernel<CWG, BN, STAGES, true>;
+    const bool fold = segs > 1;
+    if (const cudaError_t e = fold ? allow_smem<kFold>(C::kSmem) : allow_smem<kOne>(C::kSmem);
+        e != cudaSuccess)
+      return e;
+    return launch_pdl(fold ? kFold : kOne, dim3(row_blocks, col_blocks), dim3(C::kThreads),
+                      C::kSmem, s, pdl && T <= 64, tx, tw, y, T, N, K, ldy, seg_tiles, epi);
+  }
 }
 
 // The TMA decode tiling (RowsTMA, T <= 64): W in wgmma's A operand (64 weight rows a block), the
@@ -1114,6 +1121,11 @@ cudaError_t dispatch_bf16(const bf16_bits* x, int T, const bf16_bits* w, int N, 
       return launch<128, 128, 64, 2, 4, 3>(x, T, w, N, K, y, s, nullptr, 0, kseg, ldy, epi, pdl);
     case MatmulKernel::TileWG:
       return launch_wg<2, 128, 5>(x, T, w, N, K, y, s, nullptr, 0, kseg, ldy, epi, pdl);
+    case MatmulKernel::TileTMA256:
+      if (const cudaError_t e = launch_tma<2, 256, 4>(x, T, w, N, K, y, s, kseg, ldy, epi, pdl);
+          e != cudaErrorNotSupported)
+        return e;
+      [[fallthrough]];
     case MatmulKernel::TileTMA:
       if (const cudaError_t e = launch_tma<2, 128, 6>(x, T, w, N, K, y, s, kseg, ldy, epi, pdl);
           e != cudaErrorNotSupported)
