@@ -516,9 +516,10 @@ void Model::gdn_block(Backend& be, KvPool& pool, const BoundLayer& L, int64_t T)
   const GdnConfig& g = c.gdn;
   Scratch& s = scratch_;
   be.matmul(s.xn, T, L.gdn_qkv, s.mix);
-  be.matmul(s.xn, T, L.gdn_z, s.z);
-  be.matmul(s.xn, T, L.gdn_b, s.gb);
-  be.matmul(s.xn, T, L.gdn_a, s.ga);
+  // z with the small b / a projections (whose launches alone would be latency).
+  const WeightRef* zba[] = {&L.gdn_z, &L.gdn_b, &L.gdn_a};
+  float* zba_out[] = {s.z, s.gb, s.ga};
+  be.matmul_n(s.xn, T, 3, zba, zba_out);
   GdnArgs a;
   a.qkv = s.mix, a.b = s.gb, a.a = s.ga;
   a.conv_w = L.gdn_conv, a.A_log = L.gdn_A_log, a.dt_bias = L.gdn_dt_bias;
@@ -545,11 +546,11 @@ void Model::moe_block(Backend& be, const BoundLayer& L, int64_t T) {
   a.gate = L.ex_gate.data(), a.up = L.ex_up.data(), a.down = L.ex_down.data();
   be.moe(a);
   if (m.shared_intermediate > 0) {
-    be.matmul(s.xn, T, L.shared_gate, s.gate);
-    be.matmul(s.xn, T, L.shared_up, s.up);
+    const WeightRef* shared[] = {&L.shared_gate, &L.shared_up, &L.shared_router};
+    float* shared_out[] = {s.gate, s.up, s.sgate};
+    be.matmul_n(s.xn, T, 3, shared, shared_out);
     be.swiglu(s.gate, s.up, s.act, T * m.shared_intermediate);
     be.matmul(s.act, T, L.shared_down, s.shared);
-    be.matmul(s.xn, T, L.shared_router, s.sgate);
     be.gated_add(s.o, s.shared, s.sgate, T, c.hidden);
   }
 }
