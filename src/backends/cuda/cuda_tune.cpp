@@ -260,8 +260,7 @@ std::vector<OpKernels> kernel_registry(const KernelChoices* in_force) {
   mm.doc =
       "bf16: the tiling (rows16x32, rows16x16, rows16x32deep: 16 rows a block for decode; "
       "tile128, tile128k64, tilewg, tilewg2, tiletma, tiletma256: prefill; tilewg64, tiletma64: "
-      "17-64 rows; "
-      "rowstma: T <= 16); scaled: the fused "
+      "17-64 rows; rowstma: T <= 64); scaled: the fused "
       "decode kernel (T <= 64; fused1-3: other stage shapes at T <= 8) or dequant (bf16 scratch "
       "+ the bf16 tilings). Same bits";
   mm.variants = {{"auto", {}},

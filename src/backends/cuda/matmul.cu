@@ -1133,6 +1133,11 @@ cudaError_t dispatch_bf16(const bf16_bits* x, int T, const bf16_bits* w, int N, 
       [[fallthrough]];
     case MatmulKernel::TileWG2:
       return launch_wg<2, 128, 3>(x, T, w, N, K, y, s, nullptr, 0, kseg, ldy, epi, pdl);
+    case MatmulKernel::TileTMA64:
+      if (const cudaError_t e = launch_tma<1, 128, 4>(x, T, w, N, K, y, s, kseg, ldy, epi, pdl);
+          e != cudaErrorNotSupported)
+        return e;
+      [[fallthrough]];
     case MatmulKernel::TileWG64:
       return launch_wg<1, 64, 6>(x, T, w, N, K, y, s, workspace, workspace_bytes, kseg, ldy, epi,
                                  pdl);
@@ -1142,15 +1147,8 @@ cudaError_t dispatch_bf16(const bf16_bits* x, int T, const bf16_bits* w, int N, 
                                                        workspace, workspace_bytes, epi, pdl);
           e != cudaErrorNotSupported)
         return e;
-      return launch<16, 32, 128, 1, 4, 4>(x, T, w, N, K, y, s, workspace, workspace_bytes, kseg,
-                                          ldy, epi, pdl);
+      [[fallthrough]];
     }
-    case MatmulKernel::TileTMA64:
-      if (const cudaError_t e = launch_tma<1, 128, 4>(x, T, w, N, K, y, s, kseg, ldy, epi, pdl);
-          e != cudaErrorNotSupported)
-        return e;
-      return launch_wg<1, 64, 6>(x, T, w, N, K, y, s, workspace, workspace_bytes, kseg, ldy, epi,
-                                 pdl);
     case MatmulKernel::Rows16x32:
     default:
       return launch<16, 32, 128, 1, 4, 4>(x, T, w, N, K, y, s, workspace, workspace_bytes, kseg,
