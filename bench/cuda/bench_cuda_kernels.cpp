@@ -579,34 +579,42 @@ int main(int argc, char** argv) {
       std::printf("%-10s %6d %6lld %6lld %-10s %10.2f %9.0f %6.1f%%\n", "attn-dec8", 1,
                   (long long)ctx, (long long)D, "auto", ms8 * 1e3, gbs8, 100.0 * gbs8 / copy_gbs);
 
-      // Prefill: the last 512 rows of a ctx-long prompt in one pass (both caches). TFLOP/s of
-      // the useful products, 4 · D flops a (query head, visible key), the causal half counted.
+      // Prefill: the last 512 rows of a ctx-long prompt in one pass, and at ctx 4096 also a
+      // whole 2,048-token prompt (rows 0..2047), both caches, kernels Fused and Block (Block:
+      // tensor-core path only). TFLOP/s of the useful products, 4 · D flops a (query head,
+      // visible key), the causal half counted.
       if (ctx >= 4096) {
-        const int64_t T = 512;
-        float* qp;
-        uint16_t* outp;
-        int32_t* zeros;
-        CK(cudaMalloc(&qp, T * H * D * 4));
-        CK(cudaMemset(qp, 0x3c, T * H * D * 4));
-        CK(cudaMalloc(&outp, T * H * D * 2));
-        CK(cudaMalloc(&zeros, T * 4));
-        CK(cudaMemset(zeros, 0, T * 4));
-        const double flops = 4.0 * D * H * T * (ctx - T / 2.0);
-        bc::AttnArgs pa = a, pa8 = a8;
-        for (bc::AttnArgs* p : {&pa, &pa8}) {
-          p->q = qp, p->out = outp, p->T = T, p->pos0 = ctx - T;
-          p->workspace = nullptr, p->workspace_bytes = 0;  // the fused kernel
+        for (int64_t T : {int64_t(512), int64_t(2048)}) {
+          if (T == 2048 && ctx != 4096) continue;
+          const int64_t pos0 = T == 2048 ? 0 : ctx - T;
+          float* qp;
+          uint16_t* outp;
+          int32_t* zeros;
+          CK(cudaMalloc(&qp, T * H * D * 4));
+          CK(cudaMemset(qp, 0x3c, T * H * D * 4));
+          CK(cudaMalloc(&outp, T * H * D * 2));
+          CK(cudaMalloc(&zeros, T * 4));
+          CK(cudaMemset(zeros, 0, T * 4));
+          const double flops = 4.0 * D * H * T * (pos0 + T / 2.0);
+          bc::AttnArgs pa = a, pa8 = a8;
+          for (bc::AttnArgs* p : {&pa, &pa8}) {
+            p->q = qp, p->out = outp, p->T = T, p->pos0 = pos0;
+            p->workspace = nullptr, p->workspace_bytes = 0;  // never split
+          }
+          pa8.row_table = zeros;
+          for (const bc::AttnArgs* p : {&pa, &pa8})
+            for (bc::AttnKernel kern : {bc::AttnKernel::Fused, bc::AttnKernel::Block}) {
+              if (kern == bc::AttnKernel::Block && D != 64 && D != 128) continue;
+              const double msp = time_ms([&](int) { CK(bc::attention(*p, nullptr, kern)); }, 2, 10);
+              std::printf("%-10s %6lld %6lld %6lld %-10s %10.2f %9s %7s %9.1f\n",
+                          p == &pa ? "attn-pre" : "attn-pre8", (long long)T, (long long)ctx,
+                          (long long)D, kern == bc::AttnKernel::Block ? "block" : "fused",
+                          msp * 1e3, "", "", flops / (msp * 1e-3) / 1e12);
+            }
+          CK(cudaFree(qp));
+          CK(cudaFree(outp));
+          CK(cudaFree(zeros));
         }
-        pa8.row_table = zeros;
-        for (const bc::AttnArgs* p : {&pa, &pa8}) {
-          const double msp = time_ms([&](int) { CK(bc::attention(*p, nullptr)); }, 2, 10);
-          std::printf("%-10s %6lld %6lld %6lld %-10s %10.2f %9s %7s %9.1f\n",
-                      p == &pa ? "attn-pre" : "attn-pre8", (long long)T, (long long)ctx,
-                      (long long)D, "fused", msp * 1e3, "", "", flops / (msp * 1e-3) / 1e12);
-        }
-        CK(cudaFree(qp));
-        CK(cudaFree(outp));
-        CK(cudaFree(zeros));
       }
       CK(cudaFree(k8));
       CK(cudaFree(v8));

@@ -1100,6 +1100,9 @@ constexpr AttnPass kAttnPasses[] = {{1, bc::AttnKernel::Split, "decode T=1 split
                                     {7, bc::AttnKernel::Fused, "prefill chunks of 7 fused"},
                                     {33, bc::AttnKernel::Split, "prefill chunks of 33 split"},
                                     {0, bc::AttnKernel::Split, "whole prefill split"},
+                                    {1, bc::AttnKernel::Block, "decode T=1 block"},
+                                    {7, bc::AttnKernel::Block, "prefill chunks of 7 block"},
+                                    {0, bc::AttnKernel::Block, "whole prefill block"},
                                     {0, bc::AttnKernel::Fused, "whole prefill fused, again"}};
 
 // Shared by the attention tests: rows r0 .. P - 1 of the whole fused prefill `whole` against
@@ -1291,7 +1294,7 @@ void test_paged_attention() {
     dq.up(q), dkc.up(kc), dvc.up(vc), dpos.up(pos), drt.up(row_table), dtab.up(tables);
     const size_t ws_bytes = bc::attention_workspace_bytes(T, H, D, PA);
     Dev<float> ws(ws_bytes / 4 + 1);
-    for (auto kern : {bc::AttnKernel::Fused, bc::AttnKernel::Split}) {
+    for (auto kern : {bc::AttnKernel::Fused, bc::AttnKernel::Split, bc::AttnKernel::Block}) {
       dout.poison();
       bc::AttnArgs a;
       a.q = dq.p, a.k = dkc.p, a.v = dvc.p, a.out = dout.p;
@@ -1318,7 +1321,9 @@ void test_paged_attention() {
         ok &= same_bits(one.data(), got.data() + t * H * D, H * D * 2);
       }
       check(ok, "paged attention block " + std::to_string(bs) +
-                    (kern == bc::AttnKernel::Fused ? " fused" : " split") +
+                    (kern == bc::AttnKernel::Fused   ? " fused"
+                     : kern == bc::AttnKernel::Split ? " split"
+                                                     : " block") +
                     ": batch of 2 sequences == each row alone on a contiguous cache, bitwise");
     }
   }

@@ -464,6 +464,12 @@ struct MmaWarpSmem {
       : qs(reinterpret_cast<bf16_bits*>(base)),
         bufs(base + L::kQBytes),
         wide(reinterpret_cast<bf16_bits*>(base + L::kQBytes + n_bufs * L::buf_bytes(F8))) {}
+  // A warp's q tiles at `q`, with chunk buffers (and FP8's wide tiles after them) shared with
+  // the other warps of its block.
+  __device__ MmaWarpSmem(char* q, char* shared_bufs, int n_bufs)
+      : qs(reinterpret_cast<bf16_bits*>(q)),
+        bufs(shared_bufs),
+        wide(reinterpret_cast<bf16_bits*>(shared_bufs + n_bufs * L::buf_bytes(F8))) {}
   // The bf16 K and V tiles chunks of buffer b are computed from.
   __device__ bf16_bits* ks(int b) const {
     return F8 ? wide : reinterpret_cast<bf16_bits*>(bufs + b * L::buf_bytes(F8));
@@ -544,16 +550,17 @@ __device__ __forceinline__ void mma_load_q(const AttnArgs& a, const MmaTile& m, 
 }
 
 // Starts the copy of K and V of keys j0 .. j0 + n - 1 of the run whose first row is table row
-// `t_run` into buffer b (one cp.async group); rows n .. 63 are zero-filled.
-template <int D, bool F8>
+// `t_run` into buffer b (one cp.async group); rows n .. 63 are zero-filled. Thread `tid` of the
+// kThreads that share the copy (a warp's lanes, or a block's threads).
+template <int D, bool F8, int kThreads = 32>
 __device__ __forceinline__ void mma_issue_kv(const AttnArgs& a, const MmaTile& m, int64_t t_run,
                                              int64_t j0, int n, const MmaWarpSmem<D, F8>& sm, int b,
-                                             int lane) {
+                                             int tid) {
   if constexpr (!F8) {
     const Bf16Rows src = chunk_rows<Bf16Rows>(a, t_run, m.hk, j0);
     const uint32_t ks_s = smem_addr(sm.ks(b)), vs_s = smem_addr(sm.vs(b));
 #pragma unroll 4
-    for (int i = lane; i < kAttnChunk * D / 8; i += 32) {
+    for (int i = tid; i < kAttnChunk * D / 8; i += kThreads) {
       const int j = i / (D / 8), u = i % (D / 8);
       const int o = MmaSmem<D>::at(j, u) * 2;
       const bool in = j < n;
@@ -565,7 +572,7 @@ __device__ __forceinline__ void mma_issue_kv(const AttnArgs& a, const MmaTile& m
     const Fp8Rows src = chunk_rows<Fp8Rows>(a, t_run, m.hk, j0);
     const uint32_t kc_s = smem_addr(sm.kc(b)), vc_s = smem_addr(sm.vc(b));
 #pragma unroll 4
-    for (int i = lane; i < kAttnChunk * D / 16; i += 32) {
+    for (int i = tid; i < kAttnChunk * D / 16; i += kThreads) {
       const int j = i / (D / 16), u = i % (D / 16);
       const bool in = j < n;
       const int64_t go = in ? j * src.stride + u * 16 : 0;
@@ -573,9 +580,7 @@ __device__ __forceinline__ void mma_issue_kv(const AttnArgs& a, const MmaTile& m
       cp_async16_s(vc_s + i * 16, src.v + go, in ? 16 : 0);
     }
     const uint32_t ksc_s = smem_addr(sm.ksc(b)), vsc_s = smem_addr(sm.vsc(b));
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int j = lane + 32 * half;
+    for (int j = tid; j < kAttnChunk; j += kThreads) {
       const int64_t go = j < n ? j * src.sstride : 0;
       cp_async4_s(ksc_s + j * 4, src.ks + go, j < n ? 4 : 0);
       cp_async4_s(vsc_s + j * 4, src.vs + go, j < n ? 4 : 0);
@@ -585,13 +590,13 @@ __device__ __forceinline__ void mma_issue_kv(const AttnArgs& a, const MmaTile& m
 }
 
 // FP8: buffer b's codes widened to the bf16 tiles (exact). The caller has waited for the copy
-// and synchronised the warp.
-template <int D>
-__device__ __forceinline__ void mma_widen_kv(const MmaWarpSmem<D, true>& sm, int b, int lane) {
+// and synchronised the kThreads threads that share it (thread `tid` of them).
+template <int D, int kThreads = 32>
+__device__ __forceinline__ void mma_widen_kv(const MmaWarpSmem<D, true>& sm, int b, int tid) {
   const uint8_t *kc = sm.kc(b), *vc = sm.vc(b);
   bf16_bits *ks = sm.ks(b), *vs = sm.vs(b);
 #pragma unroll 4
-  for (int i = lane; i < kAttnChunk * D / 8; i += 32) {
+  for (int i = tid; i < kAttnChunk * D / 8; i += kThreads) {
     const int j = i / (D / 8), u = i % (D / 8);
     const uint2 ck = *reinterpret_cast<const uint2*>(kc + i * 8);
     const uint2 cv = *reinterpret_cast<const uint2*>(vc + i * 8);
@@ -781,6 +786,67 @@ __device__ __forceinline__ void mma_walk(const AttnArgs& a, const MmaTile& m, ui
   }
 }
 
+// A tile's running softmax state (rows g, g + 8 of the mma layout) and output accumulators.
+template <int D>
+struct MmaState {
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, acc[D / 8][4];
+};
+
+// st <- st ⊕ chunk c (merge()'s formula), or st = chunk for a row's first chunk (c = 0); rows
+// that see no key of the chunk keep their state.
+template <int D>
+__device__ __forceinline__ void mma_fold(MmaState<D>& st, int64_t c, const MmaChunk& ch,
+                                         const bf16_bits* vs, int lane) {
+  const int(&n)[2] = ch.n;
+  float fa[2], fb[2];
+  bool first[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    first[half] = c == 0;
+    if (n[half] == 0 || first[half]) {
+      fa[half] = 0.0f, fb[half] = 1.0f;
+      if (n[half] > 0) st.m[half] = ch.m[half], st.l[half] = ch.l[half];
+      continue;
+    }
+    const float mn = fmaxf(st.m[half], ch.m[half]);
+    fa[half] = expf(__fsub_rn(st.m[half], mn));
+    fb[half] = expf(__fsub_rn(ch.m[half], mn));
+    st.l[half] = __fadd_rn(__fmul_rn(st.l[half], fa[half]), __fmul_rn(ch.l[half], fb[half]));
+    st.m[half] = mn;
+  }
+#pragma unroll
+  for (int dp = 0; dp < D / 16; ++dp) {
+    float o[2][4];
+    mma_chunk_values<D>(vs, ch.ph, ch.pl, dp, lane, o);
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int half = e >> 1;
+        float& x = st.acc[2 * dp + i][e];
+        if (n[half] == 0) continue;
+        x = first[half] ? o[i][e] : __fadd_rn(__fmul_rn(x, fa[half]), __fmul_rn(o[i][e], fb[half]));
+      }
+  }
+}
+
+// The tile's rows of out: acc / l, rounded to bf16.
+template <int D>
+__device__ __forceinline__ void mma_write_out(const AttnArgs& a, const MmaTile& m,
+                                              const MmaState<D>& st, int lane) {
+  const int cq = 2 * (lane & 3);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    if (m.th[half] < 0) continue;
+    const float inv = __fdiv_rn(1.0f, st.l[half]);
+    bf16_bits* o = a.out + m.th[half] * D + cq;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+      *reinterpret_cast<uint32_t*>(o + 8 * dt) =
+          bf16_pair(__fmul_rn(st.acc[dt][2 * half], inv), __fmul_rn(st.acc[dt][2 * half + 1], inv));
+  }
+}
+
 // One warp per (KV head, tile) walks the chunks, one chunk buffer (two measured 1.35× slower
 // for bf16 prefill: 3 warps an SM instead of 5).
 template <int D, bool F8>
@@ -791,58 +857,107 @@ __global__ void __launch_bounds__(32) attn_mma_fused_kernel(AttnArgs a, int64_t 
   const int lane = threadIdx.x;
   const MmaTile m = mma_tile(a, blockIdx.x / n_tiles, blockIdx.x % n_tiles, lane);
   mma_load_q<D>(a, m, sm.qs, lane);
-  float st_m[2] = {-INFINITY, -INFINITY}, st_l[2] = {0.0f, 0.0f}, acc[D / 8][4];
+  MmaState<D> st;
   mma_runs(m, lane, [&](uint32_t run, int64_t t_run, int last) {
     mma_walk<D, F8, 1>(
         a, m, run, t_run, last, 0, last / kAttnChunk + 1, sm, lane, [] {},
         [&](int64_t c, const MmaChunk& ch, const bf16_bits* vs) {
-          const int(&n)[2] = ch.n;
-          // merge(): st ⊕ chunk, or st = chunk for the row's first chunk.
-          float fa[2], fb[2];
-          bool first[2];
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            first[half] = c == 0;
-            if (n[half] == 0 || first[half]) {
-              fa[half] = 0.0f, fb[half] = 1.0f;
-              if (n[half] > 0) st_m[half] = ch.m[half], st_l[half] = ch.l[half];
-              continue;
-            }
-            const float mn = fmaxf(st_m[half], ch.m[half]);
-            fa[half] = expf(__fsub_rn(st_m[half], mn));
-            fb[half] = expf(__fsub_rn(ch.m[half], mn));
-            st_l[half] =
-                __fadd_rn(__fmul_rn(st_l[half], fa[half]), __fmul_rn(ch.l[half], fb[half]));
-            st_m[half] = mn;
-          }
-#pragma unroll
-          for (int dp = 0; dp < D / 16; ++dp) {
-            float o[2][4];
-            mma_chunk_values<D>(vs, ch.ph, ch.pl, dp, lane, o);
-#pragma unroll
-            for (int i = 0; i < 2; ++i)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) {
-                const int half = e >> 1;
-                float& x = acc[2 * dp + i][e];
-                if (n[half] == 0) continue;
-                x = first[half] ? o[i][e]
-                                : __fadd_rn(__fmul_rn(x, fa[half]), __fmul_rn(o[i][e], fb[half]));
-              }
-          }
+          mma_fold<D>(st, c, ch, vs, lane);
         });
   });
-  const int cq = 2 * (lane & 3);
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    if (m.th[half] < 0) continue;
-    const float inv = __fdiv_rn(1.0f, st_l[half]);
-    bf16_bits* o = a.out + m.th[half] * D + cq;
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt)
-      *reinterpret_cast<uint32_t*>(o + 8 * dt) =
-          bf16_pair(__fmul_rn(acc[dt][2 * half], inv), __fmul_rn(acc[dt][2 * half + 1], inv));
+  mma_write_out<D>(a, m, st, lane);
+}
+
+// kBlockTiles warps a block, one per tile of kMmaRows consecutive rows of one KV head, share
+// each chunk's K / V: the block copies it once (two buffers, the next chunk's copy in flight)
+// where Fused copies it once a warp. Each warp computes exactly Fused's chunk partials and
+// folds (mma_chunk_weights, mma_fold), so the bits are Fused's. Rows of several sequences: the
+// block takes one sequence at a time (in order of first row), as mma_runs does within a warp.
+// The tile groups with the latest positions (the most chunks) are launched first.
+constexpr int kBlockTiles = 4;
+
+template <int D, bool F8>
+struct MmaBlockSmem {
+  using L = MmaSmem<D>;
+  static constexpr int kBytes =
+      kBlockTiles * L::kQBytes + 2 * L::buf_bytes(F8) + (F8 ? L::kTileBytes : 0);
+};
+
+template <int D, bool F8>
+__global__ void __launch_bounds__(32 * kBlockTiles)
+    attn_mma_block_kernel(AttnArgs a, int64_t n_groups) {
+  pdl_trigger();
+  constexpr int kThreads = 32 * kBlockTiles, kRows = kBlockTiles * kMmaRows;
+  using L = MmaSmem<D>;
+  extern __shared__ __align__(16) char sm_blk[];
+  __shared__ int s_seq[kRows], s_pos[kRows], s_last[kBlockTiles], s_lead;
+  __shared__ int64_t s_t[kRows];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int64_t hk = blockIdx.x % a.Hkv, group = n_groups - 1 - blockIdx.x / a.Hkv;
+  const MmaWarpSmem<D, F8> sm(sm_blk + warp * L::kQBytes, sm_blk + kBlockTiles * L::kQBytes, 2);
+  const MmaTile m = mma_tile(a, hk, group * kBlockTiles + warp, lane);
+  mma_load_q<D>(a, m, sm.qs, lane);
+  if (lane < kMmaRows) {  // the block's rows: sequence (-1: none, or done), position, table row
+    const bool ok = (m.valid >> lane) & 1;
+    s_seq[warp * kMmaRows + lane] = ok ? m.my_seq : -1;
+    s_pos[warp * kMmaRows + lane] = m.my_pos;
+    s_t[warp * kMmaRows + lane] = m.my_t;
   }
+  MmaState<D> st;
+  for (;;) {
+    __syncthreads();  // s_seq as the last run left it; that run's buffers no longer read
+    if (tid == 0) {
+      int lead = -1;
+      for (int i = 0; i < kRows && lead < 0; ++i)
+        if (s_seq[i] >= 0) lead = i;
+      s_lead = lead;
+    }
+    __syncthreads();
+    const int lead = s_lead;
+    if (lead < 0) break;
+    const int seq = s_seq[lead];
+    const int64_t t_run = s_t[lead];
+    const bool mine = lane < kMmaRows && s_seq[warp * kMmaRows + lane] == seq;
+    const uint32_t run = __ballot_sync(0xffffffffu, mine) & 0xffffu;
+    int wlast = mine ? s_pos[warp * kMmaRows + lane] : -1;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) wlast = max(wlast, __shfl_xor_sync(0xffffffffu, wlast, o));
+    if (lane == 0) s_last[warp] = wlast;
+    __syncthreads();  // every thread has read s_seq for this run
+    int last = -1;
+#pragma unroll
+    for (int w = 0; w < kBlockTiles; ++w) last = max(last, s_last[w]);
+    if (tid < kRows && s_seq[tid] == seq) s_seq[tid] = -1;
+    const int64_t c_end = last / kAttnChunk + 1, my_end = wlast >= 0 ? wlast / kAttnChunk + 1 : 0;
+    auto issue = [&](int64_t c, int b) {
+      const int64_t nl = last - c * kAttnChunk + 1;
+      mma_issue_kv<D, F8, kThreads>(a, m, t_run, c * kAttnChunk,
+                                    int(nl < kAttnChunk ? nl : kAttnChunk), sm, b, tid);
+    };
+    issue(0, 0);
+    for (int64_t c = 0; c < c_end; ++c) {
+      const int b = int(c & 1);
+      if (c + 1 < c_end) {
+        issue(c + 1, b ^ 1);  // buffer b ^ 1 held chunk c - 1, read by no warp any more
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();  // chunk c's copy is visible to every warp
+      if constexpr (F8) {
+        mma_widen_kv<D, kThreads>(sm, b, tid);
+        __syncthreads();
+      }
+      if (c < my_end) {  // the chunks Fused walks for this warp's rows of the run
+        MmaChunk ch;
+        mma_row_keys(m, run, c * kAttnChunk, lane, ch.n);
+        mma_chunk_weights<D, F8>(sm, b, ch.n, a.scale, lane, ch.m, ch.l, ch.ph, ch.pl);
+        mma_fold<D>(st, c, ch, sm.vs(b), lane);
+      }
+      __syncthreads();  // buffer b (and FP8's wide tiles) no longer read
+    }
+  }
+  mma_write_out<D>(a, m, st, lane);
 }
 
 // One warp per (KV head, tile, group of `per` chunks), two chunk buffers: the partials of the
@@ -891,9 +1006,17 @@ __global__ void __launch_bounds__(32)
 }
 
 template <int D, bool F8>
-cudaError_t launch_mma(const AttnArgs& a, cudaStream_t s, bool split) {
+cudaError_t launch_mma(const AttnArgs& a, cudaStream_t s, bool split, bool block) {
   const int64_t n_tiles = mma_tiles(a.T, a.H / a.Hkv);
   cudaError_t e;
+  if (block) {
+    constexpr int kSmem = MmaBlockSmem<D, F8>::kBytes;
+    const int64_t n_groups = (n_tiles + kBlockTiles - 1) / kBlockTiles;
+    if ((e = allow_smem<attn_mma_block_kernel<D, F8>>(kSmem)) != cudaSuccess) return e;
+    attn_mma_block_kernel<D, F8>
+        <<<unsigned(a.Hkv * n_groups), 32 * kBlockTiles, kSmem, s>>>(a, n_groups);
+    return cudaGetLastError();
+  }
   if (!split) {
     constexpr int kSmem = MmaSmem<D>::bytes(F8, 1);
     if ((e = allow_smem<attn_mma_fused_kernel<D, F8>>(kSmem)) != cudaSuccess) return e;
@@ -958,10 +1081,14 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t s, AttnKernel kernel) {
                      (kernel == AttnKernel::Auto && ws_ok &&
                       attention_may_split(a.T, a.H, a.Hkv, a.D) && n_chunks(max_pos_of(a)) > 1);
   if (mma_path(a.D)) {
+    const bool block = kernel == AttnKernel::Block;
     if (a.k8)
-      return a.D == 128 ? launch_mma<128, true>(a, s, split) : launch_mma<64, true>(a, s, split);
-    return a.D == 128 ? launch_mma<128, false>(a, s, split) : launch_mma<64, false>(a, s, split);
+      return a.D == 128 ? launch_mma<128, true>(a, s, split, block)
+                        : launch_mma<64, true>(a, s, split, block);
+    return a.D == 128 ? launch_mma<128, false>(a, s, split, block)
+                      : launch_mma<64, false>(a, s, split, block);
   }
+  // (Block is Fused on the CUDA-core path: one warp a row and head.)
   if (a.k8)
     return a.D == 256   ? launch<8, Fp8Rows>(a, s, split)
            : a.D == 128 ? launch<4, Fp8Rows>(a, s, split)
