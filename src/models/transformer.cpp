@@ -484,11 +484,10 @@ void Model::attention_block(Backend& be, KvPool& pool, const BoundLayer& L, int6
     be.head_rmsnorm(s.q, L.q_norm, T * H, D, c.rms_eps);
     be.head_rmsnorm(s.k, L.k_norm, T * Hkv, D, c.rms_eps);
   }
-  be.rope(s.q, T, H, D, c.rope.dim, s.cos, s.sin, c.rope.style);
-  be.rope(s.k, T, Hkv, D, c.rope.dim, s.cos, s.sin, c.rope.style);
-  // This pass's K/V rows go into the cache before attention reads them.
+  // RoPE on q and k; this pass's K/V rows go into the cache before attention reads them.
   const int64_t kl = L.cache_layer;
-  be.kv_write(s.k, s.v, pool.k(kl), pool.v(kl), Hkv, D);
+  be.rope_kv_write(s.q, s.k, s.v, pool.k(kl), pool.v(kl), T, H, Hkv, D, c.rope.dim, s.cos, s.sin,
+                   c.rope.style);
   const size_t act = dtype_bytes(be.act_dtype(), 1);
   void* att = static_cast<char*>(s.att) + size_t(first * H * D) * act;
   const int64_t n = T - first;

@@ -257,6 +257,15 @@ class Backend {
   // positions (block tables of the pass), converting to kv_dtype.
   virtual void kv_write(const float* k, const float* v, void* k_cache, void* v_cache, int64_t Hkv,
                         int64_t D) = 0;
+  // rope(q, T, H, …), rope(k, T, Hkv, …), then kv_write(k, v, …): the same bits as those three
+  // calls, which is what this does unless a backend runs them in one launch.
+  virtual void rope_kv_write(float* q, float* k, const float* v, void* k_cache, void* v_cache,
+                             int64_t T, int64_t H, int64_t Hkv, int64_t D, int64_t rot,
+                             const float* cos, const float* sin, RopeStyle style) {
+    rope(q, T, H, D, rot, cos, sin, style);
+    rope(k, T, Hkv, D, rot, cos, sin, style);
+    kv_write(k, v, k_cache, v_cache, Hkv, D);
+  }
   // Causal GQA attention of T query rows over the paged KV cache.
   virtual void attention(const AttentionArgs& a) = 0;
   // out[i] = silu(gate[i]) * up[i]   (gate, up f32; out act_dtype)

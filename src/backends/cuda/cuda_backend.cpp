@@ -543,6 +543,22 @@ class CudaBackend final : public Backend {
                             static_cast<bf16_bits*>(v_cache), stream_);
     });
   }
+  // One launch where the cache is bf16 and the rows are the pass's (the E4M3 cache's per-row
+  // scales need a reduction: the three ops).
+  void rope_kv_write(float* q, float* k, const float* v, void* k_cache, void* v_cache, int64_t T,
+                     int64_t H, int64_t Hkv, int64_t D, int64_t rot, const float* cos,
+                     const float* sin, RopeStyle style) override {
+    if (kv_ == DType::F8_E4M3 || T != T_) {
+      Backend::rope_kv_write(q, k, v, k_cache, v_cache, T, H, Hkv, D, rot, cos, sin, style);
+      return;
+    }
+    op("rope_kv_write", 0, 0, [&] {
+      return cuda::rope_kv_write(
+          q, k, v, d_slots_, T, H, Hkv, D, rot, cos, sin,
+          style == RopeStyle::NeoX ? RopeLayout::NeoX : RopeLayout::Interleaved,
+          static_cast<bf16_bits*>(k_cache), static_cast<bf16_bits*>(v_cache), stream_);
+    });
+  }
   // A non-causal block (AttentionArgs::block_last: a DSpark drafter's block, the whole pass of
   // one sequence) runs the causal kernels with every row's position read as the last row's
   // (begin_pass's copy): each row attends keys 0..block_last, with the same chunks and the same

@@ -185,6 +185,42 @@ __global__ void kv_write_kernel(const float* k, const float* v, const int32_t* s
   }
 }
 
+// One thread per (t, head, pair i < D / 2); heads 0 .. H - 1 are q's, then Hkv of k, then Hkv of
+// v. Pairs i < half of q and k are rotated by rope_pair (rope_kernel's arithmetic); each k and v
+// pair then goes to the cache row slots[t] as bf16 (kv_write_kernel's rounding). A k pair's
+// dims: rope_pair's a, b, or 2i, 2i + 1 past the rotated ones (both layouts).
+__global__ void rope_kv_write_kernel(float* q, float* k, const float* v, const int32_t* slots,
+                                     int64_t T, int64_t H, int64_t Hkv, int64_t D, int64_t half,
+                                     const float* cos, const float* sin, RopeLayout layout,
+                                     bf16_bits* kc, bf16_bits* vc) {
+  pdl_trigger();
+  const int64_t pairs = D / 2, heads = H + 2 * Hkv;
+  const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (idx >= T * heads * pairs) return;
+  const int64_t i = idx % pairs, th = idx / pairs, t = th / heads, h = th % heads;
+  if (h < H) {
+    if (i < half)
+      rope_pair(q + (t * H + h) * D, i, half, layout, cos[t * half + i], sin[t * half + i]);
+    return;
+  }
+  const bool is_k = h < H + Hkv;
+  const int64_t hk = is_k ? h - H : h - H - Hkv;
+  const int64_t src = (t * Hkv + hk) * D, dst = int64_t(slots[t]) * Hkv * D + hk * D;
+  if (!is_k) {
+    vc[dst + 2 * i] = to_bf(v[src + 2 * i]);
+    vc[dst + 2 * i + 1] = to_bf(v[src + 2 * i + 1]);
+    return;
+  }
+  float* x = k + src;
+  int64_t a = 2 * i, b = 2 * i + 1;
+  if (i < half) {
+    rope_pair(x, i, half, layout, cos[t * half + i], sin[t * half + i]);
+    if (layout == RopeLayout::NeoX) a = i, b = i + half;
+  }
+  kc[dst + a] = to_bf(x[a]);
+  kc[dst + b] = to_bf(x[b]);
+}
+
 // One warp per (row, head, k or v): the amax is a max (exact in any order), then each lane
 // encodes its elements.
 __global__ void kv_write_fp8_kernel(const float* k, const float* v, const int32_t* slots, int64_t T,
@@ -350,6 +386,20 @@ cudaError_t kv_write_fp8(const float* k, const float* v, const int32_t* slots, i
   const int64_t warps = T * Hkv * 2;
   kv_write_fp8_kernel<<<unsigned((warps + 7) / 8), 256, 0, s>>>(k, v, slots, T, Hkv, D, block_size,
                                                                 k_cache, v_cache);
+  return cudaGetLastError();
+}
+
+cudaError_t rope_kv_write(float* q, float* k, const float* v, const int32_t* slots, int64_t T,
+                          int64_t H, int64_t Hkv, int64_t D, int64_t rot, const float* cos,
+                          const float* sin, RopeLayout layout, bf16_bits* k_cache,
+                          bf16_bits* v_cache, cudaStream_t s) {
+  if (T < 0 || H <= 0 || Hkv <= 0 || D <= 0 || D % 2 || rot <= 0 || rot % 2 || rot > D || !cos ||
+      !sin)
+    return cudaErrorInvalidValue;
+  const int64_t n = T * (H + 2 * Hkv) * (D / 2);
+  if (n == 0) return cudaSuccess;
+  rope_kv_write_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(
+      q, k, v, slots, T, H, Hkv, D, rot / 2, cos, sin, layout, k_cache, v_cache);
   return cudaGetLastError();
 }
 
