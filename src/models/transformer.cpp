@@ -705,10 +705,8 @@ void Model::forward(Backend& be, KvPool& pool, std::span<const BatchItem> batch,
       if (c.is_moe(l)) {
         moe_block(be, L, T);
       } else {
-        const WeightRef* gate_up[] = {&L.w_gate, &L.w_up};
-        float* gate_up_out[] = {s.gate + f * F, s.up + f * F};
-        be.matmul_n(act_row(s.xn, f, E), n, 2, gate_up, gate_up_out);
-        be.swiglu(s.gate + f * F, s.up + f * F, act_row(s.act, f, F), n * F);
+        be.matmul_swiglu(act_row(s.xn, f, E), n, L.w_gate, L.w_up, s.gate + f * F, s.up + f * F,
+                         act_row(s.act, f, F));
         be.matmul(act_row(s.act, f, F), n, L.w_down, s.o + f * E);
       }
     }

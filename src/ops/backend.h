@@ -236,6 +236,16 @@ class Backend {
                         float* const* y) {
     for (int i = 0; i < n; ++i) matmul(x, T, *w[i], y[i]);
   }
+  // out = swiglu(x · gateᵀ, x · upᵀ)   (gate, up [F, K]; out act_dtype [T, F]), g and u f32
+  // [T, F] scratch for the two products: the same bits as matmul_n then swiglu, which is what
+  // this does unless a backend fuses them (then g and u may be left unwritten).
+  virtual void matmul_swiglu(const void* x, int64_t T, const WeightRef& gate, const WeightRef& up,
+                             float* g, float* u, void* out) {
+    const WeightRef* w[] = {&gate, &up};
+    float* y[] = {g, u};
+    matmul_n(x, T, 2, w, y);
+    swiglu(g, u, out, T * gate.rows);
+  }
   // y[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) * w     (rows × n; x f32, y act_dtype)
   virtual void rmsnorm(const float* x, const float* w, void* y, int64_t rows, int64_t n,
                        float eps) = 0;

@@ -360,6 +360,32 @@ void test_matmul_group(std::vector<int64_t> Ns, int64_t K) {
         "matmul_bf16_group refuses T = 65" + shape);
 }
 
+// The gate / up products with SwiGLU in their epilogue: out == swiglu(matmul_bf16(gate),
+// matmul_bf16(up)), bitwise, with the rule's segments and a recipe-style kseg (one segment and
+// several: the fold), at row counts past, at and short of a 128-row block.
+void test_matmul_swiglu(int64_t F, int64_t K) {
+  const int64_t Tmax = 300;
+  auto x = rand_bf16(Tmax * K);
+  Dev<uint16_t> dx(Tmax * K), dg(F * K), du(F * K), dout(Tmax * F), dwant(Tmax * F);
+  Dev<float> yg(Tmax * F), yu(Tmax * F);
+  dx.up(x), dg.up(rand_bf16(F * K)), du.up(rand_bf16(F * K));
+  const std::string shape = " F=" + std::to_string(F) + " K=" + std::to_string(K);
+  for (const int64_t ks : {int64_t(0), int64_t(512), K})
+    for (int64_t T : {65, 128, 300}) {
+      dout.poison(), dwant.poison();
+      CK(bc::matmul_bf16(dx.p, T, dg.p, F, K, yg.p, nullptr, bc::MatmulKernel::TileTMA, nullptr, 0,
+                         ks));
+      CK(bc::matmul_bf16(dx.p, T, du.p, F, K, yu.p, nullptr, bc::MatmulKernel::TileTMA, nullptr, 0,
+                         ks));
+      CK(bc::swiglu(yg.p, yu.p, dwant.p, T * F, nullptr));
+      CK(bc::matmul_bf16_swiglu(dx.p, T, dg.p, du.p, F, K, dout.p, nullptr, ks));
+      const auto got = dout.down(), want = dwant.down();
+      check(same_bits(got.data(), want.data(), size_t(T * F) * 2),
+            "matmul_bf16_swiglu" + shape + " kseg=" + std::to_string(ks) +
+                " T=" + std::to_string(T) + " == matmul_bf16 x 2 + swiglu, bitwise");
+    }
+}
+
 void test_matmul(int64_t N, int64_t K, int64_t ref_rows) {
   const int64_t Tmax = 300;
   auto x = rand_bf16(Tmax * K), w = rand_bf16(N * K);
@@ -2042,6 +2068,8 @@ int main() {
   test_matmul_group({4096, 1024, 1024}, 4096);  // llama q / k / v: 4 and 8 segments
   test_matmul_group({300, 1001, 64}, 2600);     // partial blocks, partial last segments
   test_matmul_group({2080, 2080}, 136);         // one segment each
+  test_matmul_swiglu(1000, 2600);  // partial blocks and last segment, 512-long segments
+  test_matmul_swiglu(2080, 4096);  // 1024-long segments
   test_matmul_scaled_known();
   for (auto f : {bc::ScaledFormat::NVFP4, bc::ScaledFormat::FP8, bc::ScaledFormat::FP8Rows}) {
     test_matmul_scaled(f, 4096, 4096);  // 4 segments of 1024

@@ -13,6 +13,11 @@ __device__ __forceinline__ float bf(bf16_bits b) {
 __device__ __forceinline__ bf16_bits to_bf(float f) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(f));
 }
+// SwiGLU of one element: silu(g) · u = (g / (1 + exp(-g))) · u, rounded per step (swiglu and
+// the fused gate / up product's epilogue).
+__device__ __forceinline__ float silu_mul(float g, float u) {
+  return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+}
 // Butterfly sum: every lane ends with the same value (a + b == b + a), in an order fixed by
 // the lane count alone.
 __device__ __forceinline__ float warp_sum(float v) {

@@ -128,8 +128,7 @@ __global__ void swiglu_kernel(const float* gate, const float* up, bf16_bits* out
   pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const float g = gate[i];
-    out[i] = to_bf(__fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), up[i]));
+    out[i] = to_bf(silu_mul(gate[i], up[i]));
   }
 }
 

@@ -27,6 +27,7 @@
 
 #include <algorithm>
 
+#include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/mma.cuh"
 #include "backends/cuda/pdl.cuh"
@@ -574,19 +575,25 @@ __device__ __forceinline__ void tma_init_bars(uint32_t bars, int consumer_warps)
 }
 
 // The producer (one thread): k-stages kt0 .. kt0 + KT - 1. The first stages' weights are requested
-// before waiting for the previous kernel (pdl.cuh: no kernel writes W), their x after.
+// before waiting for the previous kernel (pdl.cuh: no kernel writes W), their x after. mw2: a
+// second weight box per stage (the same rows of another weight) at w2_off.
 template <int STAGES, int STAGE_BYTES>
 __device__ __forceinline__ void tma_produce(uint32_t sm_s, uint32_t bars, const CUtensorMap* mw,
                                             int w_row, uint32_t w_off, const CUtensorMap* mx,
-                                            int x_row, uint32_t x_off, int kt0, int KT) {
+                                            int x_row, uint32_t x_off, int kt0, int KT,
+                                            const CUtensorMap* mw2 = nullptr, uint32_t w2_off = 0) {
   auto full = [&](int s) { return bars + 8u * uint32_t(s); };
   auto empty = [&](int s) { return bars + 8u * uint32_t(STAGES + s); };
   tma_prefetch_map(mw);
+  if (mw2) tma_prefetch_map(mw2);
   tma_prefetch_map(mx);
   const int pre = min(STAGES, KT);
   for (int kt = 0; kt < pre; ++kt) {
     mbar_arrive_expect_tx(full(kt), uint32_t(STAGE_BYTES));
     tma_load_2d(sm_s + uint32_t(kt * STAGE_BYTES) + w_off, mw, (kt0 + kt) * 64, w_row, full(kt));
+    if (mw2)
+      tma_load_2d(sm_s + uint32_t(kt * STAGE_BYTES) + w2_off, mw2, (kt0 + kt) * 64, w_row,
+                  full(kt));
   }
   pdl_wait();
   for (int kt = 0; kt < pre; ++kt)
@@ -597,6 +604,7 @@ __device__ __forceinline__ void tma_produce(uint32_t sm_s, uint32_t bars, const 
     const uint32_t st = sm_s + uint32_t(s * STAGE_BYTES);
     mbar_arrive_expect_tx(full(s), uint32_t(STAGE_BYTES));
     tma_load_2d(st + w_off, mw, (kt0 + kt) * 64, w_row, full(s));
+    if (mw2) tma_load_2d(st + w2_off, mw2, (kt0 + kt) * 64, w_row, full(s));
     tma_load_2d(st + x_off, mx, (kt0 + kt) * 64, x_row, full(s));
   }
 }
@@ -640,19 +648,24 @@ __device__ __forceinline__ void tma_consume(const unsigned char* sm, uint32_t ba
   wgmma_wait<0>();
 }
 
-template <int CWG, int BN, int STAGES, bool FOLD>
+// SWIGLU: W's box is two boxes of BN / 2 rows, rows n0 .. of the gate (tw) and of the up (tw2)
+// weight, so a thread holds gate column c and up column c of the same row (res[4j + e] and
+// res[4(j + BN / 16) + e]); out[r, c] = bf16(silu_mul(gate, up)) (swiglu's bits) is all it
+// writes (bf16, row stride ldy; N is the weights' row count).
+template <int CWG, int BN, int STAGES, bool FOLD, bool SWIGLU = false>
 __global__ void __launch_bounds__(TmaCfg<CWG, BN, STAGES>::kThreads,
                                   TmaCfg<CWG, BN, STAGES>::kMinBlocks)
     matmul_tma_kernel(const __grid_constant__ CUtensorMap tx,
                       const __grid_constant__ CUtensorMap tw, float* __restrict__ y, int T, int N,
-                      int K, int ldy, int kSegTiles, Epi epi) {
+                      int K, int ldy, int kSegTiles, Epi epi,
+                      const __grid_constant__ CUtensorMap tw2, bf16_bits* __restrict__ out) {
   using C = TmaCfg<CWG, BN, STAGES>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   unsigned char* const sm = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const uint32_t sm_s = smem_addr(sm);
   const uint32_t bars = sm_s + uint32_t(STAGES * C::kStageBytes);
-  const int m0 = blockIdx.x * C::kBM, n0 = blockIdx.y * BN;
+  const int m0 = blockIdx.x * C::kBM, n0 = blockIdx.y * (SWIGLU ? BN / 2 : BN);
   const int tid = threadIdx.x;
   const int KT = (K + C::kBK - 1) / C::kBK;
   if (tid == 0) tma_init_bars<STAGES>(bars, 4 * CWG);
@@ -664,7 +677,8 @@ __global__ void __launch_bounds__(TmaCfg<CWG, BN, STAGES>::kThreads,
     setmaxnreg_dec<C::kProducerRegs>();
     if (tid == 0)
       tma_produce<STAGES, C::kStageBytes>(sm_s, bars, &tw, n0, uint32_t(C::kABytes), &tx, m0, 0u, 0,
-                                          KT);
+                                          KT, SWIGLU ? &tw2 : nullptr,
+                                          uint32_t(C::kABytes + BN / 2 * C::kBK * 2));
     return;
   }
   setmaxnreg_inc<C::kConsumerRegs>();
@@ -676,6 +690,29 @@ __global__ void __launch_bounds__(TmaCfg<CWG, BN, STAGES>::kThreads,
                                                 acc, tot, lane);
   const float* res = FOLD ? tot : acc;
   // res[4j + e]: row 16·wq + lane/4 (+ 8) of this warpgroup's 64, column 8j + 2·(lane % 4) (+ 1).
+  if constexpr (SWIGLU) {
+    const bool pair_ok = (ldy & 1) == 0 && (reinterpret_cast<uintptr_t>(out) & 3) == 0;
+#pragma unroll
+    for (int j = 0; j < BN / 16; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = m0 + 64 * wg + 16 * wq + (lane >> 2) + 8 * h;
+        const int c = n0 + 8 * j + 2 * (lane & 3);
+        if (r >= T || c >= N) continue;
+        const float* g = res + 4 * j + 2 * h;
+        const float* u = res + 4 * (j + BN / 16) + 2 * h;
+        bf16_bits* o = out + size_t(r) * ldy + c;
+        const bf16_bits v0 = to_bf(silu_mul(g[0], u[0]));
+        if (c + 1 < N && pair_ok) {
+          *reinterpret_cast<uint32_t*>(o) = uint32_t(v0) | uint32_t(to_bf(silu_mul(g[1], u[1])))
+                                                               << 16;
+        } else {
+          o[0] = v0;
+          if (c + 1 < N) o[1] = to_bf(silu_mul(g[1], u[1]));
+        }
+      }
+    return;
+  }
   const bool pair_ok = (ldy & 1) == 0 && (reinterpret_cast<uintptr_t>(y) & 7) == 0;
 #pragma unroll
   for (int j = 0; j < BN / 8; ++j)
@@ -747,7 +784,8 @@ cudaError_t launch_tma(const bf16_bits* x, int T, const bf16_bits* w, int N, int
     if (segs > 1) return cudaErrorNotSupported;
     if (const cudaError_t e = allow_smem<kOne>(C::kSmem); e != cudaSuccess) return e;
     return launch_pdl(kOne, dim3(row_blocks, col_blocks), dim3(C::kThreads), C::kSmem, s,
-                      pdl && T <= 64, tx, tw, y, T, N, K, ldy, seg_tiles, epi);
+                      pdl && T <= 64, tx, tw, y, T, N, K, ldy, seg_tiles, epi, tw,
+                      static_cast<bf16_bits*>(nullptr));
   } else {
     constexpr auto kFold = matmul_tma_kernel<CWG, BN, STAGES, true>;
     const bool fold = segs > 1;
@@ -755,8 +793,35 @@ cudaError_t launch_tma(const bf16_bits* x, int T, const bf16_bits* w, int N, int
         e != cudaSuccess)
       return e;
     return launch_pdl(fold ? kFold : kOne, dim3(row_blocks, col_blocks), dim3(C::kThreads),
-                      C::kSmem, s, pdl && T <= 64, tx, tw, y, T, N, K, ldy, seg_tiles, epi);
+                      C::kSmem, s, pdl && T <= 64, tx, tw, y, T, N, K, ldy, seg_tiles, epi, tw,
+                      static_cast<bf16_bits*>(nullptr));
   }
+}
+
+// The gate / up products and SwiGLU in one TileTMA launch (matmul_tma_kernel's SWIGLU): blocks
+// of 128 rows × 64 gate and 64 up columns; out bf16 [T, F], row stride ldo.
+cudaError_t launch_tma_swiglu(const bf16_bits* x, int T, const bf16_bits* wg, const bf16_bits* wu,
+                              int F, int K, bf16_bits* out, int ldo, cudaStream_t s, int64_t kseg) {
+  constexpr int CWG = 2, BN = 128, STAGES = 6;
+  using C = TmaCfg<CWG, BN, STAGES>;
+  const unsigned row_blocks = unsigned((T + C::kBM - 1) / C::kBM);
+  const unsigned col_blocks = unsigned((F + BN / 2 - 1) / (BN / 2));
+  if (col_blocks > 65535) return cudaErrorNotSupported;
+  CUtensorMap tx, tg, tu;
+  if (!bf16_tile_map(&tx, x, T, K, C::kBM) || !bf16_tile_map(&tg, wg, F, K, BN / 2) ||
+      !bf16_tile_map(&tu, wu, F, K, BN / 2))
+    return cudaErrorNotSupported;
+  const int segs = int((K + kseg - 1) / kseg);
+  const int seg_tiles = segs == 1 ? (K + C::kBK - 1) / C::kBK : int(kseg / C::kBK);
+  constexpr auto kOne = matmul_tma_kernel<CWG, BN, STAGES, false, true>;
+  constexpr auto kFold = matmul_tma_kernel<CWG, BN, STAGES, true, true>;
+  const bool fold = segs > 1;
+  if (const cudaError_t e = fold ? allow_smem<kFold>(C::kSmem) : allow_smem<kOne>(C::kSmem);
+      e != cudaSuccess)
+    return e;
+  return launch_pdl(fold ? kFold : kOne, dim3(row_blocks, col_blocks), dim3(C::kThreads), C::kSmem,
+                    s, T <= 64, tx, tg, static_cast<float*>(nullptr), T, F, K, ldo, seg_tiles,
+                    Epi{}, tu, out);
 }
 
 // The TMA decode tiling (RowsTMA, T <= 64): W in wgmma's A operand (64 weight rows a block), the
@@ -1169,6 +1234,20 @@ cudaError_t matmul_bf16(const bf16_bits* x, int64_t T, const bf16_bits* w, int64
   if (T == 0) return cudaSuccess;
   return dispatch_bf16(x, int(T), w, int(N), int(K), y, s, kernel, workspace, workspace_bytes, kseg,
                        int(N), N);
+}
+
+cudaError_t matmul_bf16_swiglu(const bf16_bits* x, int64_t T, const bf16_bits* w_gate,
+                               const bf16_bits* w_up, int64_t F, int64_t K, bf16_bits* out,
+                               cudaStream_t s, int64_t kseg) {
+  if (T < 0 || F <= 0 || K <= 0 || K % 8 || T > 0x7fffffff || F > 0x7fffffff || K > 0x7fffffff ||
+      (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w_gate) |
+       reinterpret_cast<uintptr_t>(w_up)) %
+          16)
+    return cudaErrorInvalidValue;
+  kseg = resolve_kseg(F, K, kseg);
+  if (kseg <= 0) return cudaErrorInvalidValue;
+  if (T == 0) return cudaSuccess;
+  return launch_tma_swiglu(x, int(T), w_gate, w_up, int(F), int(K), out, int(F), s, kseg);
 }
 
 size_t matmul_group_workspace_bytes(int64_t T, int n, const int64_t* N, int64_t K,
