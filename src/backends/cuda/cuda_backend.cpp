@@ -454,7 +454,7 @@ class CudaBackend final : public Backend {
     const MatmulPlan p = choices_.empty()
                              ? MatmulPlan{}
                              : matmul_plan(choices_, kernel_dtype(gate), T, gate.rows, gate.cols);
-    const bool fuse = T > 64 && !opt_.fast_prefill && !ref::is_scaled(gate) &&
+    const bool fuse = opt_.fuse && T > 64 && !opt_.fast_prefill && !ref::is_scaled(gate) &&
                       !ref::is_scaled(up) && gate.rows == up.rows && gate.cols == up.cols &&
                       (p.tiling == MatmulKernel::Auto || p.tiling == MatmulKernel::TileTMA) &&
                       (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(gate.data) |
@@ -575,7 +575,7 @@ class CudaBackend final : public Backend {
   void rope_kv_write(float* q, float* k, const float* v, void* k_cache, void* v_cache, int64_t T,
                      int64_t H, int64_t Hkv, int64_t D, int64_t rot, const float* cos,
                      const float* sin, RopeStyle style) override {
-    if (kv_ == DType::F8_E4M3 || T != T_) {
+    if (!opt_.fuse || kv_ == DType::F8_E4M3 || T != T_) {
       Backend::rope_kv_write(q, k, v, k_cache, v_cache, T, H, Hkv, D, rot, cos, sin, style);
       return;
     }
@@ -598,11 +598,11 @@ class CudaBackend final : public Backend {
           "position {} (got {} rows, keys 0..{})",
           T_, last_pos_, a.T, a.block_last);
     const bool fp8 = kv_ == DType::F8_E4M3;
-    attention_run(a,
-                  choices_.empty() ? AttnKernel::Auto
-                                   : attention_plan(choices_, fp8 ? "fp8" : "bf16", a.T, a.H, a.D,
-                                                    a.Hkv, attention_ctx_bucket(max_pos_ + 1)),
-                  fp8);
+    AttnKernel k = choices_.empty() ? AttnKernel::Auto
+                                    : attention_plan(choices_, fp8 ? "fp8" : "bf16", a.T, a.H, a.D,
+                                                     a.Hkv, attention_ctx_bucket(max_pos_ + 1));
+    if (k == AttnKernel::Auto && opt_.attn_block && a.T > 64) k = AttnKernel::Block;
+    attention_run(a, k, fp8);
   }
   void attention_run(const AttentionArgs& a, AttnKernel kernel, bool fp8) {
     AttnArgs c;
@@ -905,6 +905,9 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& opt) {
   CudaOptions o = opt;
   if (const char* p = std::getenv("BASALT_CUDA_PROFILE"); p && std::string(p) == "1")
     o.profile = true;
+  if (const char* p = std::getenv("BASALT_CUDA_FUSE"); p && std::string(p) == "0") o.fuse = false;
+  if (const char* p = std::getenv("BASALT_CUDA_ATTN"); p && std::string(p) == "block")
+    o.attn_block = true;
   return std::make_unique<CudaBackend>(o);
 }
 

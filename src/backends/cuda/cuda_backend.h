@@ -21,6 +21,12 @@ struct CudaOptions {
   // Time every launch between two events (graphs off) and print a per-op table to stderr when
   // the backend is destroyed. Also set by BASALT_CUDA_PROFILE=1.
   bool profile = false;
+  // Fused launches that change no bits: rope + kv_write, the prefill gate / up products with
+  // SwiGLU. Off (each op alone, for A/B measurement) with BASALT_CUDA_FUSE=0.
+  bool fuse = true;
+  // Benchmarks: passes of more than 64 rows whose attention plan is Auto run the Block kernel
+  // (BASALT_CUDA_ATTN=block; same bits as Fused).
+  bool attn_block = false;
 };
 
 // Throws basalt::Error when no usable device (sm_90) is present.
