@@ -12,7 +12,7 @@
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 gpu_tests
 if [ "${SKIP_KERNELS:-0}" != 1 ]; then
-  step $B/bench/cuda/bench_cuda_kernels attention > "$OUT/attention.txt" 2>&1
+  step timeout 120 $B/bench/cuda/bench_cuda_kernels attention > "$OUT/attention.txt" 2>&1
   grep -E "attn-pre|copy" "$OUT/attention.txt"
 fi
 model_dir ${MODEL:-llama-3.1-8b}

@@ -9,10 +9,12 @@ mkdir -p "$OUT"
 # test_cuda_model reads the golden checkpoints under the build machine's source path.
 [ -d /work/main/tests/golden ] || { mkdir -p /work && ln -sfn "$PWD" /work/main; }
 step() { echo "== $*"; local t0=$SECONDS; "$@"; echo "== rc=$? ($((SECONDS - t0)) s)"; }
+# Each suite is cut off after TEST_TIMEOUT seconds (default 240), so a kernel that hangs (an
+# mbarrier pipeline waiting forever) costs minutes, not the whole call.
 gpu_tests() {
   [ "${SKIP_TESTS:-0}" = 1 ] && return
-  step $B/tests/gpu/test_cuda_kernels > "$OUT/test_cuda_kernels.txt" 2>&1
-  step $B/tests/gpu/test_cuda_model > "$OUT/test_cuda_model.txt" 2>&1
+  step timeout ${TEST_TIMEOUT:-240} $B/tests/gpu/test_cuda_kernels > "$OUT/test_cuda_kernels.txt" 2>&1
+  step timeout ${TEST_TIMEOUT:-240} $B/tests/gpu/test_cuda_model > "$OUT/test_cuda_model.txt" 2>&1
   tail -n 2 "$OUT/test_cuda_kernels.txt" "$OUT/test_cuda_model.txt"
   grep -E "FAIL|SKIP" "$OUT"/test_cuda_*.txt | head -30
 }
