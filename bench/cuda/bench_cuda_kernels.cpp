@@ -470,12 +470,13 @@ int main(int argc, char** argv) {
             bc::MatmulKernel::Rows16x32Deep, bc::MatmulKernel::Tile128,
             bc::MatmulKernel::Tile128K64, bc::MatmulKernel::TileWG, bc::MatmulKernel::TileWG2,
             bc::MatmulKernel::TileWG64, bc::MatmulKernel::TileTMA, bc::MatmulKernel::TileTMA64,
-            bc::MatmulKernel::RowsTMA, bc::MatmulKernel::TileTMA256})
+            bc::MatmulKernel::RowsTMA, bc::MatmulKernel::TileTMA256, bc::MatmulKernel::TileTMAP})
         for (bool split : {false, true}) {
           const bool tile =
               kern == bc::MatmulKernel::Tile128 || kern == bc::MatmulKernel::Tile128K64 ||
               kern == bc::MatmulKernel::TileWG || kern == bc::MatmulKernel::TileWG2 ||
-              kern == bc::MatmulKernel::TileTMA || kern == bc::MatmulKernel::TileTMA256;
+              kern == bc::MatmulKernel::TileTMA || kern == bc::MatmulKernel::TileTMA256 ||
+              kern == bc::MatmulKernel::TileTMAP;
           const bool wg64 =
               kern == bc::MatmulKernel::TileWG64 || kern == bc::MatmulKernel::TileTMA64;
           if ((T == 1 && (tile || wg64)) || (T >= 512 && !tile) || (tile && split) ||
@@ -502,6 +503,7 @@ int main(int argc, char** argv) {
               : kern == bc::MatmulKernel::TileTMA64     ? (split ? "TMA64+sK" : "TileTMA64")
               : kern == bc::MatmulKernel::RowsTMA       ? (split ? "RTMA+sK" : "RowsTMA")
               : kern == bc::MatmulKernel::TileTMA256    ? "TileTMA256"
+              : kern == bc::MatmulKernel::TileTMAP      ? "TileTMAP"
                                                         : "Tile128";
           std::printf("%-10s %6lld %6lld %6lld %-10s %10.2f %9.0f %6.1f%% %9.1f\n", "matmul",
                       (long long)T, (long long)sh.N, (long long)sh.K, kn, ms * 1e3, gbs,

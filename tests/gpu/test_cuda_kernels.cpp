@@ -272,11 +272,13 @@ const bc::MatmulKernel kMmKernels[] = {
     bc::MatmulKernel::Rows16x32, bc::MatmulKernel::Rows16x16,  bc::MatmulKernel::Rows16x32Deep,
     bc::MatmulKernel::Tile128,   bc::MatmulKernel::Tile128K64, bc::MatmulKernel::TileWG,
     bc::MatmulKernel::TileWG2,   bc::MatmulKernel::TileWG64,   bc::MatmulKernel::TileTMA,
-    bc::MatmulKernel::TileTMA64, bc::MatmulKernel::RowsTMA,    bc::MatmulKernel::TileTMA256};
+    bc::MatmulKernel::TileTMA64, bc::MatmulKernel::RowsTMA,    bc::MatmulKernel::TileTMA256,
+    bc::MatmulKernel::TileTMAP};
 bool is_tile(bc::MatmulKernel k) {
   return k == bc::MatmulKernel::Tile128 || k == bc::MatmulKernel::Tile128K64 ||
          k == bc::MatmulKernel::TileWG || k == bc::MatmulKernel::TileWG2 ||
-         k == bc::MatmulKernel::TileTMA || k == bc::MatmulKernel::TileTMA256;
+         k == bc::MatmulKernel::TileTMA || k == bc::MatmulKernel::TileTMA256 ||
+         k == bc::MatmulKernel::TileTMAP;
 }
 const char* mm_name(bc::MatmulKernel k) {
   switch (k) {
@@ -304,6 +306,8 @@ const char* mm_name(bc::MatmulKernel k) {
       return "RowsTMA";
     case bc::MatmulKernel::TileTMA256:
       return "TileTMA256";
+    case bc::MatmulKernel::TileTMAP:
+      return "TileTMAP";
     default:
       return "Auto";
   }
@@ -358,6 +362,24 @@ void test_matmul_group(std::vector<int64_t> Ns, int64_t K) {
   check(bc::matmul_bf16_group(dx.p, 65, n, wp, Ns.data(), K, yp, nullptr, nullptr) ==
             cudaErrorNotSupported,
         "matmul_bf16_group refuses T = 65" + shape);
+}
+
+// TileTMAP (persistent TileTMA) over more tiles than SMs, so a block walks several tiles and
+// its pipeline runs on across them: == TileTMA bitwise (partial blocks; several segments and
+// one).
+void test_matmul_persistent(int64_t T, int64_t N, int64_t K) {
+  auto x = rand_bf16(T * K), w = rand_bf16(N * K);
+  Dev<uint16_t> dx(T * K), dw(N * K);
+  Dev<float> y1(T * N), y2(T * N);
+  dx.up(x), dw.up(w);
+  y1.poison(), y2.poison();
+  CK(bc::matmul_bf16(dx.p, T, dw.p, N, K, y1.p, nullptr, bc::MatmulKernel::TileTMA));
+  CK(bc::matmul_bf16(dx.p, T, dw.p, N, K, y2.p, nullptr, bc::MatmulKernel::TileTMAP));
+  const auto a = y1.down(), b = y2.down();
+  check(same_bits(a.data(), b.data(), a.size() * 4),
+        "matmul TileTMAP T=" + std::to_string(T) + " N=" + std::to_string(N) +
+            " K=" + std::to_string(K) + " (" +
+            std::to_string(((T + 127) / 128) * ((N + 127) / 128)) + " tiles) == TileTMA, bitwise");
 }
 
 // The gate / up products with SwiGLU in their epilogue: out == swiglu(matmul_bf16(gate),
@@ -2068,6 +2090,8 @@ int main() {
   test_matmul_group({4096, 1024, 1024}, 4096);  // llama q / k / v: 4 and 8 segments
   test_matmul_group({300, 1001, 64}, 2600);     // partial blocks, partial last segments
   test_matmul_group({2080, 2080}, 136);         // one segment each
+  test_matmul_persistent(1100, 3000, 4160);     // 216 tiles, partial blocks, 4 segments
+  test_matmul_persistent(2048, 2048, 512);      // 256 tiles, one segment
   test_matmul_swiglu(1000, 2600);  // partial blocks and last segment, 512-long segments
   test_matmul_swiglu(2080, 4096);  // 1024-long segments
   test_matmul_scaled_known();

@@ -110,6 +110,8 @@ bool matmul_supports(const KernelChoices* in_force, const KernelVariant& v, cons
         return (s.N + 127) / 128 <= 65535;
       case int64_t(MatmulKernel::RowsTMA):
         return true;  // column blocks on x
+      case int64_t(MatmulKernel::TileTMAP):
+        return true;  // at most one block an SM
       default:
         return false;
     }
@@ -260,7 +262,8 @@ std::vector<OpKernels> kernel_registry(const KernelChoices* in_force) {
   mm.op = "matmul";
   mm.doc =
       "bf16: the tiling (rows16x32, rows16x16, rows16x32deep: 16 rows a block for decode; "
-      "tile128, tile128k64, tilewg, tilewg2, tiletma, tiletma256: prefill; tilewg64, tiletma64: "
+      "tile128, tile128k64, tilewg, tilewg2, tiletma, tiletma256, tiletmap (persistent): "
+      "prefill; tilewg64, tiletma64: "
       "17-64 rows; rowstma: T <= 64); scaled: the fused "
       "decode kernel (T <= 64; fused1-3: other stage shapes at T <= 8) or dequant (bf16 scratch "
       "+ the bf16 tilings). Same bits";
@@ -277,6 +280,7 @@ std::vector<OpKernels> kernel_registry(const KernelChoices* in_force) {
                  {"tiletma64", {{"tiling", int64_t(MatmulKernel::TileTMA64)}}},
                  {"rowstma", {{"tiling", int64_t(MatmulKernel::RowsTMA)}}},
                  {"tiletma256", {{"tiling", int64_t(MatmulKernel::TileTMA256)}}},
+                 {"tiletmap", {{"tiling", int64_t(MatmulKernel::TileTMAP)}}},
                  {"fused", {{"kernel", int64_t(ScaledKernel::Fused)}, {"config", 0}}}};
   for (int64_t c = 1; c <= 3; ++c)
     mm.variants.push_back(

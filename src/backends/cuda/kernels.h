@@ -110,6 +110,9 @@ enum class MatmulKernel : uint8_t {
                   // (T > 64: Rows16x32)
   TileTMA256,     // TileTMA with 128 × 256 blocks (4 stages) for one-segment weights; others run
                   // TileTMA. Compiled, not yet measured on a device (2026-12-05)
+  TileTMAP,       // TileTMA's blocks made persistent (one an SM walks the tiles; the producer
+                  // fills the next tile's stages during the epilogue). Compiled, not yet run
+                  // on a device (2026-12-05)
 };
 // Split-K fixed by the weight shape alone: segments of matmul_kseg(N, K) (the last shorter);
 // y = ((c_0 + c_1) + c_2) + ... with c_s the chain over segment s. With a workspace of

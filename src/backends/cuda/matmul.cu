@@ -613,15 +613,20 @@ __device__ __forceinline__ void tma_produce(uint32_t sm_s, uint32_t bars, const 
 // four m64nNk16 a stage with one group left in flight, each buffer handed back once its wgmma
 // completed. Segments of kSegTiles stages start from zero (d = A·B, as the mma chain's acc = 0);
 // FOLD: they add up in order in tot (tot = c_0, then tot + c_s), else the chain ends in acc.
+// base: the pipeline's stage count before this call (a persistent block's earlier tiles), so
+// stage `base + kt` is buffer (base + kt) % STAGES; release_last hands the last buffer back too
+// (a persistent block's producer reuses it for the next tile).
 template <int N, int STAGES, int STAGE_BYTES, bool FOLD>
 __device__ __forceinline__ void tma_consume(const unsigned char* sm, uint32_t bars, int a_off,
                                             int b_off, int KT, int kSegTiles, float (&acc)[N / 2],
-                                            float (&tot)[FOLD ? N / 2 : 1], int lane) {
+                                            float (&tot)[FOLD ? N / 2 : 1], int lane,
+                                            uint32_t base = 0, bool release_last = false) {
   int seg_pos = 0;
   bool first = true;
   for (int kt = 0; kt < KT; ++kt) {
-    const int s = kt % STAGES;
-    mbar_wait(bars + 8u * uint32_t(s), uint32_t(kt / STAGES) & 1u);
+    const uint32_t it = base + uint32_t(kt);
+    const int s = int(it % STAGES);
+    mbar_wait(bars + 8u * uint32_t(s), (it / STAGES) & 1u);
     const unsigned char* st = sm + s * STAGE_BYTES;
     wgmma_fence();
 #pragma unroll
@@ -643,9 +648,40 @@ __device__ __forceinline__ void tma_consume(const unsigned char* sm, uint32_t ba
       ++seg_pos;
       wgmma_wait<1>();
     }
-    if (kt > 0 && lane == 0) mbar_arrive(bars + 8u * uint32_t(STAGES + (kt - 1) % STAGES));
+    if (kt > 0 && lane == 0) mbar_arrive(bars + 8u * uint32_t(STAGES + (it - 1) % STAGES));
   }
   wgmma_wait<0>();
+  if (release_last && KT > 0 && lane == 0)
+    mbar_arrive(bars + 8u * uint32_t(STAGES + (base + uint32_t(KT) - 1) % STAGES));
+}
+
+// A consumer warp's results to y (f32, row stride ldy, epi's factor applied): res[4j + e] is row
+// r0 + lane/4 (+ 8), column n0 + 8j + 2·(lane % 4) (+ 1) (the wgmma accumulator layout).
+template <int BN>
+__device__ __forceinline__ void tma_store_tile(const float* res, float* __restrict__ y, int T,
+                                               int N, int ldy, int r0, int n0, const Epi& epi,
+                                               int lane) {
+  const bool pair_ok = (ldy & 1) == 0 && (reinterpret_cast<uintptr_t>(y) & 7) == 0;
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = r0 + (lane >> 2) + 8 * h;
+      const int c = n0 + 8 * j + 2 * (lane & 3);
+      if (r >= T || c >= N) continue;
+      float v0 = res[4 * j + 2 * h], v1 = res[4 * j + 2 * h + 1];
+      if (epi.on) {
+        v0 = __fmul_rn(epi_factor(epi, c), v0);
+        if (c + 1 < N) v1 = __fmul_rn(epi_factor(epi, c + 1), v1);
+      }
+      float* o = y + size_t(r) * ldy + c;
+      if (c + 1 < N && pair_ok) {
+        *reinterpret_cast<float2*>(o) = make_float2(v0, v1);
+      } else {
+        o[0] = v0;
+        if (c + 1 < N) o[1] = v1;
+      }
+    }
 }
 
 // SWIGLU: W's box is two boxes of BN / 2 rows, rows n0 .. of the gate (tw) and of the up (tw2)
@@ -713,27 +749,64 @@ __global__ void __launch_bounds__(TmaCfg<CWG, BN, STAGES>::kThreads,
       }
     return;
   }
-  const bool pair_ok = (ldy & 1) == 0 && (reinterpret_cast<uintptr_t>(y) & 7) == 0;
-#pragma unroll
-  for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = m0 + 64 * wg + 16 * wq + (lane >> 2) + 8 * h;
-      const int c = n0 + 8 * j + 2 * (lane & 3);
-      if (r >= T || c >= N) continue;
-      float v0 = res[4 * j + 2 * h], v1 = res[4 * j + 2 * h + 1];
-      if (epi.on) {
-        v0 = __fmul_rn(epi_factor(epi, c), v0);
-        if (c + 1 < N) v1 = __fmul_rn(epi_factor(epi, c + 1), v1);
-      }
-      float* o = y + size_t(r) * ldy + c;
-      if (c + 1 < N && pair_ok) {
-        *reinterpret_cast<float2*>(o) = make_float2(v0, v1);
-      } else {
-        o[0] = v0;
-        if (c + 1 < N) o[1] = v1;
+  tma_store_tile<BN>(res, y, T, N, ldy, m0 + 64 * wg + 16 * wq, n0, epi, lane);
+}
+
+// TileTMAP: TileTMA's blocks made persistent. One block an SM walks tiles blockIdx.x,
+// + gridDim.x, ... in TileTMA's grid order (row blocks fastest); the producer's stage count runs
+// on across tiles, so it fills the next tile's first stages while the consumers write the
+// previous tile (TileTMA pays a block start and the first copies' latency every tile). Each
+// tile's chain, segments and fold are TileTMA's (tma_consume): the same bits.
+template <int CWG, int BN, int STAGES, bool FOLD>
+__global__ void __launch_bounds__(TmaCfg<CWG, BN, STAGES>::kThreads, 1)
+    matmul_tma_persistent_kernel(const __grid_constant__ CUtensorMap tx,
+                                 const __grid_constant__ CUtensorMap tw, float* __restrict__ y,
+                                 int T, int N, int K, int ldy, int kSegTiles, Epi epi,
+                                 int row_blocks, int n_tiles) {
+  using C = TmaCfg<CWG, BN, STAGES>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* const sm = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const uint32_t sm_s = smem_addr(sm);
+  const uint32_t bars = sm_s + uint32_t(STAGES * C::kStageBytes);
+  const int tid = threadIdx.x;
+  const int KT = (K + C::kBK - 1) / C::kBK;
+  if (tid == 0) tma_init_bars<STAGES>(bars, 4 * CWG);
+  __syncthreads();
+  pdl_trigger();
+  if (tid < 128) {  // the producer warpgroup: x in A (the first kABytes), W in B
+    setmaxnreg_dec<C::kProducerRegs>();
+    if (tid != 0) return;
+    tma_prefetch_map(&tw);
+    tma_prefetch_map(&tx);
+    pdl_wait();
+    uint32_t it = 0;
+    for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+      const int m0 = (tile % row_blocks) * C::kBM, n0 = (tile / row_blocks) * BN;
+      for (int kt = 0; kt < KT; ++kt, ++it) {
+        const int s = int(it % STAGES);
+        if (it >= uint32_t(STAGES))
+          mbar_wait(bars + 8u * uint32_t(STAGES + s), ((it / STAGES) - 1) & 1u);
+        const uint32_t st = sm_s + uint32_t(s * C::kStageBytes), full = bars + 8u * uint32_t(s);
+        mbar_arrive_expect_tx(full, uint32_t(C::kStageBytes));
+        tma_load_2d(st + uint32_t(C::kABytes), &tw, kt * 64, n0, full);
+        tma_load_2d(st, &tx, kt * 64, m0, full);
       }
     }
+    return;
+  }
+  setmaxnreg_inc<C::kConsumerRegs>();
+  pdl_wait();  // y may still be read by the previous kernel
+  const int wg = (tid >> 7) - 1, lane = tid & 31, wq = (tid >> 5) & 3;
+  uint32_t base = 0;
+  for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x, base += uint32_t(KT)) {
+    const int m0 = (tile % row_blocks) * C::kBM, n0 = (tile / row_blocks) * BN;
+    float acc[BN / 2];
+    float tot[FOLD ? BN / 2 : 1];
+    tma_consume<BN, STAGES, C::kStageBytes, FOLD>(sm, bars, wg * 64 * 128, C::kABytes, KT,
+                                                  kSegTiles, acc, tot, lane, base, true);
+    tma_store_tile<BN>(FOLD ? tot : acc, y, T, N, ldy, m0 + 64 * wg + 16 * wq, n0, epi, lane);
+  }
 }
 
 // cuTensorMapEncodeTiled from the driver (through the runtime: nothing links libcuda), once.
@@ -796,6 +869,31 @@ cudaError_t launch_tma(const bf16_bits* x, int T, const bf16_bits* w, int N, int
                       C::kSmem, s, pdl && T <= 64, tx, tw, y, T, N, K, ldy, seg_tiles, epi, tw,
                       static_cast<bf16_bits*>(nullptr));
   }
+}
+
+// TileTMAP (matmul_tma_persistent_kernel): min(tiles, SMs) blocks.
+template <int CWG, int BN, int STAGES>
+cudaError_t launch_tma_persistent(const bf16_bits* x, int T, const bf16_bits* w, int N, int K,
+                                  float* y, cudaStream_t s, int64_t kseg, int ldy, Epi epi,
+                                  bool pdl) {
+  using C = TmaCfg<CWG, BN, STAGES>;
+  const int64_t row_blocks = (T + C::kBM - 1) / C::kBM, col_blocks = (N + BN - 1) / BN;
+  const int64_t n_tiles = row_blocks * col_blocks;
+  if (n_tiles > 0x7fffffff) return cudaErrorNotSupported;
+  CUtensorMap tx, tw;
+  if (!bf16_tile_map(&tx, x, T, K, C::kBM) || !bf16_tile_map(&tw, w, N, K, BN))
+    return cudaErrorNotSupported;
+  const int segs = int((K + kseg - 1) / kseg);
+  const int seg_tiles = segs == 1 ? (K + C::kBK - 1) / C::kBK : int(kseg / C::kBK);
+  constexpr auto kOne = matmul_tma_persistent_kernel<CWG, BN, STAGES, false>;
+  constexpr auto kFold = matmul_tma_persistent_kernel<CWG, BN, STAGES, true>;
+  const bool fold = segs > 1;
+  if (const cudaError_t e = fold ? allow_smem<kFold>(C::kSmem) : allow_smem<kOne>(C::kSmem);
+      e != cudaSuccess)
+    return e;
+  const unsigned grid = unsigned(n_tiles < sm_count() ? n_tiles : sm_count());
+  return launch_pdl(fold ? kFold : kOne, dim3(grid), dim3(C::kThreads), C::kSmem, s, pdl && T <= 64,
+                    tx, tw, y, T, N, K, ldy, seg_tiles, epi, int(row_blocks), int(n_tiles));
 }
 
 // The gate / up products and SwiGLU in one TileTMA launch (matmul_tma_kernel's SWIGLU): blocks
@@ -1186,6 +1284,12 @@ cudaError_t dispatch_bf16(const bf16_bits* x, int T, const bf16_bits* w, int N, 
       return launch<128, 128, 64, 2, 4, 3>(x, T, w, N, K, y, s, nullptr, 0, kseg, ldy, epi, pdl);
     case MatmulKernel::TileWG:
       return launch_wg<2, 128, 5>(x, T, w, N, K, y, s, nullptr, 0, kseg, ldy, epi, pdl);
+    case MatmulKernel::TileTMAP:
+      if (const cudaError_t e =
+              launch_tma_persistent<2, 128, 6>(x, T, w, N, K, y, s, kseg, ldy, epi, pdl);
+          e != cudaErrorNotSupported)
+        return e;
+      return launch_wg<2, 128, 3>(x, T, w, N, K, y, s, nullptr, 0, kseg, ldy, epi, pdl);
     case MatmulKernel::TileTMA256:
       if (const cudaError_t e = launch_tma<2, 256, 4>(x, T, w, N, K, y, s, kseg, ldy, epi, pdl);
           e != cudaErrorNotSupported)
