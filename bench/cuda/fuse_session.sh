@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call for the thirteenth session's changes (none run on a GPU when they landed): the
-# GPU suites; `bench_cuda_kernels attention` (prefill attention, Fused against Block); then a
+# GPU suites; `bench_cuda_kernels attention` (prefill attention, Fused against Block) and
+# `matmul` at 2,048 rows (TileTMA, TileTMA256, TileTMAP; TFLOP/s); then a
 # synthetic MODEL (default llama-3.1-8b, bf16): logits of a 298-token prompt bitwise across
 # BASALT_CUDA_FUSE=0 (rope + kv_write and gate / up + SwiGLU as separate launches),
 # BASALT_CUDA_ATTN=block (prefill attention on the Block kernel) and prefill chunks 1 and 64,
@@ -14,6 +15,9 @@ gpu_tests
 if [ "${SKIP_KERNELS:-0}" != 1 ]; then
   step timeout 120 $B/bench/cuda/bench_cuda_kernels attention > "$OUT/attention.txt" 2>&1
   grep -E "attn-pre|copy" "$OUT/attention.txt"
+  # The prefill tilings at 2,048 rows: TileTMA, TileTMA256 and the persistent TileTMAP.
+  BENCH_T=2048 step timeout 120 $B/bench/cuda/bench_cuda_kernels matmul > "$OUT/matmul.txt" 2>&1
+  grep -E "TileTMA|copy" "$OUT/matmul.txt"
 fi
 model_dir ${MODEL:-llama-3.1-8b}
 n=$(basename $M)
