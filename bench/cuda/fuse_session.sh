@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # One device call for the thirteenth session's changes (none run on a GPU when they landed): the
-# GPU suites; `bench_cuda_kernels attention` (prefill attention, Fused against Block) and
+# GPU suites; `bench_cuda_kernels attention` (prefill attention: Fused, Block, BlockWG) and
 # `matmul` at 2,048 rows (TileTMA, TileTMA256, TileTMAP; TFLOP/s); then a
 # synthetic MODEL (default llama-3.1-8b, bf16): logits of a 298-token prompt bitwise across
 # BASALT_CUDA_FUSE=0 (rope + kv_write and gate / up + SwiGLU as separate launches),
-# BASALT_CUDA_ATTN=block (prefill attention on the Block kernel) and prefill chunks 1 and 64,
-# then `basalt bench` in the three configurations, ROUNDS times in turn (default 1).
-# PROFILE=1 adds the per-op table of a 2,048-token prefill with both changes on.
+# BASALT_CUDA_ATTN=block / blockwg (prefill attention on the Block / BlockWG kernel) and prefill
+# chunks 1 and 64, then `basalt bench` in the four configurations, ROUNDS times in turn (default
+# 1).
+# PROFILE=1 adds the per-op table of a 2,048-token prefill with the fused launches and
+# PROFILE_ATTN (default blockwg).
 # Run from the repository root on the GPU machine with build-cuda/ from bench/cuda/pack.sh;
 # results in $OUT.
 . "$(dirname "$0")/session_common.sh"
@@ -25,13 +27,14 @@ logits() { $B/basalt logits -m $M --device cuda --tokens $LOGIT_IDS --out /tmp/l
 logits ref
 BASALT_CUDA_FUSE=0 logits nofuse
 BASALT_CUDA_ATTN=block logits block
-logits_check $n $M ref nofuse block
+BASALT_CUDA_ATTN=blockwg logits blockwg
+logits_check $n $M ref nofuse block blockwg
 for round in $(seq ${ROUNDS:-1}); do
-  for cfg in fused nofuse block; do
+  for cfg in fused nofuse block blockwg; do
     echo "== $n $cfg round $round" >> "$OUT/bench_$n.txt"
     case $cfg in
       nofuse) export BASALT_CUDA_FUSE=0 ;;
-      block) export BASALT_CUDA_ATTN=block ;;
+      block | blockwg) export BASALT_CUDA_ATTN=$cfg ;;
     esac
     step $B/basalt bench -m $M --device cuda ${BENCH:--p 512,2048 -n 64 -r 3} --json \
       >> "$OUT/bench_$n.txt" 2>&1
@@ -50,7 +53,7 @@ for line in sys.stdin:
         r.get("prompt_tokens"), r["prefill_tok_s"], r.get("matmul_fraction", 0), r["decode_tok_s"],
         r["context"], r.get("bandwidth_fraction", 0)))'
 if [ "${PROFILE:-0}" = 1 ]; then
-  BASALT_CUDA_ATTN=block BASALT_CUDA_PROFILE=1 step $B/basalt bench -m $M --device cuda -p 2048 \
+  BASALT_CUDA_ATTN=${PROFILE_ATTN:-blockwg} BASALT_CUDA_PROFILE=1 step $B/basalt bench -m $M --device cuda -p 2048 \
     -n 64 -r 1 > "$OUT/profile_$n.txt" 2>&1
   tail -n 40 "$OUT/profile_$n.txt"
 fi

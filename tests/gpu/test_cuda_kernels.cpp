@@ -1151,6 +1151,9 @@ constexpr AttnPass kAttnPasses[] = {{1, bc::AttnKernel::Split, "decode T=1 split
                                     {1, bc::AttnKernel::Block, "decode T=1 block"},
                                     {7, bc::AttnKernel::Block, "prefill chunks of 7 block"},
                                     {0, bc::AttnKernel::Block, "whole prefill block"},
+                                    {1, bc::AttnKernel::BlockWG, "decode T=1 block wgmma"},
+                                    {7, bc::AttnKernel::BlockWG, "prefill chunks of 7 block wgmma"},
+                                    {0, bc::AttnKernel::BlockWG, "whole prefill block wgmma"},
                                     {0, bc::AttnKernel::Fused, "whole prefill fused, again"}};
 
 // Shared by the attention tests: rows r0 .. P - 1 of the whole fused prefill `whole` against
@@ -1380,7 +1383,8 @@ void test_paged_attention() {
     dq.up(q), dkc.up(kc), dvc.up(vc), dpos.up(pos), drt.up(row_table), dtab.up(tables);
     const size_t ws_bytes = bc::attention_workspace_bytes(T, H, D, PA);
     Dev<float> ws(ws_bytes / 4 + 1);
-    for (auto kern : {bc::AttnKernel::Fused, bc::AttnKernel::Split, bc::AttnKernel::Block}) {
+    for (auto kern : {bc::AttnKernel::Fused, bc::AttnKernel::Split, bc::AttnKernel::Block,
+                      bc::AttnKernel::BlockWG}) {
       dout.poison();
       bc::AttnArgs a;
       a.q = dq.p, a.k = dkc.p, a.v = dvc.p, a.out = dout.p;
@@ -1409,7 +1413,8 @@ void test_paged_attention() {
       check(ok, "paged attention block " + std::to_string(bs) +
                     (kern == bc::AttnKernel::Fused   ? " fused"
                      : kern == bc::AttnKernel::Split ? " split"
-                                                     : " block") +
+                     : kern == bc::AttnKernel::Block ? " block"
+                                                     : " block wgmma") +
                     ": batch of 2 sequences == each row alone on a contiguous cache, bitwise");
     }
   }

@@ -519,9 +519,11 @@ __device__ __forceinline__ MmaTile mma_tile(const AttnArgs& a, int64_t hk, int64
 
 // q of the tile's rows as q_hi, q_lo (zeros past T). Every load is issued before the first is
 // used (a rolled loop paid a memory round trip per few pairs: most of a split warp's time).
-template <int D>
-__device__ __forceinline__ void mma_load_q(const AttnArgs& a, const MmaTile& m, bf16_bits* qs,
-                                           int lane) {
+// store(row, d, hi, lo) puts dims d, d + 1 of tile row `row` (bf16 pairs) where the caller's
+// layout wants them.
+template <int D, class Store>
+__device__ __forceinline__ void mma_load_q_to(const AttnArgs& a, const MmaTile& m, int lane,
+                                              Store&& store) {
   constexpr int kPerLane = kMmaRows * D / 2 / 32;  // f32 pairs; pair k of a lane is in row
   static_assert(D / 2 >= 32);                      // 32 k / (D / 2), the same for every lane
   int64_t my_row = -1;  // lanes 0..15: row `lane`'s offset in q (-1: past T)
@@ -540,13 +542,21 @@ __device__ __forceinline__ void mma_load_q(const AttnArgs& a, const MmaTile& m, 
   for (int k = 0; k < kPerLane; ++k) {
     const int i = lane + 32 * k, row = i / (D / 2), d = 2 * (i % (D / 2));
     const float2 q = qv[k];
-    const int o = MmaSmem<D>::at(row, d >> 3) + (d & 7);
     const uint32_t hi = bf16_pair(q.x, q.y);
     const uint32_t lo = bf16_pair(__fsub_rn(q.x, __uint_as_float(hi << 16)),
                                   __fsub_rn(q.y, __uint_as_float(hi & 0xffff0000u)));
+    store(row, d, hi, lo);
+  }
+}
+// The same into a warp's q_hi, q_lo tiles (MmaSmem layout).
+template <int D>
+__device__ __forceinline__ void mma_load_q(const AttnArgs& a, const MmaTile& m, bf16_bits* qs,
+                                           int lane) {
+  mma_load_q_to<D>(a, m, lane, [&](int row, int d, uint32_t hi, uint32_t lo) {
+    const int o = MmaSmem<D>::at(row, d >> 3) + (d & 7);
     *reinterpret_cast<uint32_t*>(qs + o) = hi;
     *reinterpret_cast<uint32_t*>(qs + kMmaRows * D + o) = lo;
-  }
+  });
 }
 
 // Starts the copy of K and V of keys j0 .. j0 + n - 1 of the run whose first row is table row
@@ -609,8 +619,63 @@ __device__ __forceinline__ void mma_widen_kv(const MmaWarpSmem<D, true>& sm, int
   }
 }
 
-// One chunk's softmax statistics and weights for the tile: n[half] valid keys for row g + 8·half
-// (0: the row takes no part). p_hi/p_lo: the A operands of Σ w·v (k16 slice kk of the keys).
+// A chunk's softmax statistics and weights for the tile from its scores s (the S = Σ q·k chains,
+// m16n8 accumulator layout over 8 n8 key tiles): n[half] valid keys for row g + 8·half (0: the
+// row takes no part); FP8: ksc / vsc the chunk's key and value row scales. p_hi/p_lo: the A
+// operands of Σ w·v (k16 slice kk of the keys).
+template <bool F8>
+__device__ __forceinline__ void mma_chunk_softmax(float (&s)[8][4], const int (&n)[2], float scale,
+                                                  const float* ksc, const float* vsc, int lane,
+                                                  float (&m)[2], float (&l)[2],
+                                                  uint32_t (&p_hi)[4][4], uint32_t (&p_lo)[4][4]) {
+  const int cq = 2 * (lane & 3);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float& v = s[nt][2 * half + e];
+        const int j = 8 * nt + cq + e;
+        if constexpr (F8) v = __fmul_rn(v, ksc[j]);
+        v = j < n[half] ? __fmul_rn(v, scale) : -INFINITY;
+        mx = fmaxf(mx, v);
+      }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    float sum = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float& v = s[nt][2 * half + e];
+        v = n[half] > 0 ? expf(__fsub_rn(v, mx)) : 0.0f;
+        sum = __fadd_rn(sum, v);
+      }
+    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+    m[half] = mx;
+    l[half] = sum;
+    if constexpr (F8)  // w_j = e_j · s_v (0 past the row's keys: e_j = 0)
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          s[nt][2 * half + e] = __fmul_rn(s[nt][2 * half + e], vsc[8 * nt + cq + e]);
+  }
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float* e = &s[2 * kk + (i >> 1)][2 * (i & 1)];
+      p_hi[kk][i] = bf16_pair(e[0], e[1]);
+      p_lo[kk][i] = bf16_pair(__fsub_rn(e[0], bf16_round(e[0])), __fsub_rn(e[1], bf16_round(e[1])));
+    }
+}
+
+// One chunk's scores for the tile (mma.sync chains from shared memory), then its softmax
+// statistics and weights (mma_chunk_softmax).
 template <int D, bool F8>
 __device__ __forceinline__ void mma_chunk_weights(const MmaWarpSmem<D, F8>& sm, int b,
                                                   const int (&n)[2], float scale, int lane,
@@ -638,50 +703,8 @@ __device__ __forceinline__ void mma_chunk_weights(const MmaWarpSmem<D, F8>& sm, 
       }
     }
   }
-  const int cq = 2 * (lane & 3);
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    float mx = -INFINITY;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float& v = s[nt][2 * half + e];
-        const int j = 8 * nt + cq + e;
-        if constexpr (F8) v = __fmul_rn(v, sm.ksc(b)[j]);
-        v = j < n[half] ? __fmul_rn(v, scale) : -INFINITY;
-        mx = fmaxf(mx, v);
-      }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    float sum = 0.0f;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float& v = s[nt][2 * half + e];
-        v = n[half] > 0 ? expf(__fsub_rn(v, mx)) : 0.0f;
-        sum = __fadd_rn(sum, v);
-      }
-    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
-    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
-    m[half] = mx;
-    l[half] = sum;
-    if constexpr (F8)  // w_j = e_j · s_v (0 past the row's keys: e_j = 0)
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-          s[nt][2 * half + e] = __fmul_rn(s[nt][2 * half + e], sm.vsc(b)[8 * nt + cq + e]);
-  }
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float* e = &s[2 * kk + (i >> 1)][2 * (i & 1)];
-      p_hi[kk][i] = bf16_pair(e[0], e[1]);
-      p_lo[kk][i] = bf16_pair(__fsub_rn(e[0], bf16_round(e[0])), __fsub_rn(e[1], bf16_round(e[1])));
-    }
+  mma_chunk_softmax<F8>(s, n, scale, F8 ? sm.ksc(b) : nullptr, F8 ? sm.vsc(b) : nullptr, lane, m, l,
+                        p_hi, p_lo);
 }
 
 // Σ w·v of the chunk for output dims 8·dt .. 8·dt + 7, dt = 2·dp and 2·dp + 1: o[0], o[1] in the
@@ -960,6 +983,145 @@ __global__ void __launch_bounds__(32 * kBlockTiles)
   mma_write_out<D>(a, m, st, lane);
 }
 
+// BlockWG (bf16 cache): the Block kernel with each chunk's scores computed by the block's warps
+// as one warpgroup with wgmma (m64n64k16: the 4 tiles' 64 rows × the chunk's 64 keys, q_hi's
+// chain over D continued by q_lo's, from zeroed accumulators: d = a·b + d from +0, as the mma
+// chain starts), whose accumulator layout per warp is the m16n8 layout of mma_chunk_weights'
+// scores, and a k16 step of which gives mma.sync's bits (bench/cuda/wgmma_probe). q and K sit in
+// the 128-byte-swizzled K-major layout the matmuls' wgmma reads (rows of 64 d, 1024-byte groups
+// of 8 rows, D / 64 such blocks), V in MmaSmem's layout for the mma.sync Σ w·v. Softmax, Σ w·v
+// and the fold are the Block kernel's: the same bits.
+template <int D>
+struct WgSmem {
+  static constexpr int kKBlocks = D / 64, kRows = kBlockTiles * kMmaRows;  // 64 rows
+  static constexpr int kQPart = kKBlocks * kRows * 128;                    // bytes: one of hi/lo
+  static constexpr int kKTile = kKBlocks * kAttnChunk * 128, kVTile = kAttnChunk * D * 2;
+  static constexpr int kBuf = kKTile + kVTile;
+  static constexpr int kBytes = 2 * kQPart + 2 * kBuf + 1024;  // + alignment slack
+  // Byte offset of element (row, d) in a K-major swizzled tile of `rows` rows.
+  __device__ static __forceinline__ int at(int rows, int row, int d) {
+    return (d >> 6) * rows * 128 + row * 128 + ((((d >> 3) & 7) ^ (row & 7)) << 4) + (d & 7) * 2;
+  }
+};
+
+template <int D>
+__global__ void __launch_bounds__(32 * kBlockTiles)
+    attn_wg_block_kernel(AttnArgs a, int64_t n_groups) {
+  pdl_trigger();
+  static_assert(kBlockTiles == 4, "one warpgroup");
+  constexpr int kThreads = 32 * kBlockTiles, kRows = kBlockTiles * kMmaRows;
+  using W = WgSmem<D>;
+  extern __shared__ __align__(16) unsigned char sm_raw[];
+  unsigned char* const sm = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(sm_raw) + 1023) & ~uintptr_t(1023));
+  __shared__ int s_seq[kRows], s_pos[kRows], s_last[kBlockTiles], s_lead;
+  __shared__ int64_t s_t[kRows];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int64_t hk = blockIdx.x % a.Hkv, group = n_groups - 1 - blockIdx.x / a.Hkv;
+  unsigned char* const qt = sm;  // q_hi, then q_lo
+  auto kt = [&](int b) { return sm + 2 * W::kQPart + b * W::kBuf; };
+  auto vt = [&](int b) { return reinterpret_cast<bf16_bits*>(kt(b) + W::kKTile); };
+  const MmaTile m = mma_tile(a, hk, group * kBlockTiles + warp, lane);
+
+  // q of the warp's 16 rows (rows 16·warp .. of the warpgroup's 64) as q_hi, q_lo.
+  mma_load_q_to<D>(a, m, lane, [&](int row, int d, uint32_t hi, uint32_t lo) {
+    const int o = W::at(kRows, kMmaRows * warp + row, d);
+    *reinterpret_cast<uint32_t*>(qt + o) = hi;
+    *reinterpret_cast<uint32_t*>(qt + W::kQPart + o) = lo;
+  });
+  if (lane < kMmaRows) {  // the block's rows: sequence (-1: none, or done), position, table row
+    const bool ok = (m.valid >> lane) & 1;
+    s_seq[warp * kMmaRows + lane] = ok ? m.my_seq : -1;
+    s_pos[warp * kMmaRows + lane] = m.my_pos;
+    s_t[warp * kMmaRows + lane] = m.my_t;
+  }
+  MmaState<D> st;
+  for (;;) {
+    __syncthreads();  // s_seq as the last run left it; that run's buffers no longer read
+    if (tid == 0) {
+      int lead = -1;
+      for (int i = 0; i < kRows && lead < 0; ++i)
+        if (s_seq[i] >= 0) lead = i;
+      s_lead = lead;
+    }
+    __syncthreads();
+    const int lead = s_lead;
+    if (lead < 0) break;
+    const int seq = s_seq[lead];
+    const int64_t t_run = s_t[lead];
+    const bool mine = lane < kMmaRows && s_seq[warp * kMmaRows + lane] == seq;
+    const uint32_t run = __ballot_sync(0xffffffffu, mine) & 0xffffu;
+    int wlast = mine ? s_pos[warp * kMmaRows + lane] : -1;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) wlast = max(wlast, __shfl_xor_sync(0xffffffffu, wlast, o));
+    if (lane == 0) s_last[warp] = wlast;
+    __syncthreads();  // every thread has read s_seq for this run
+    int last = -1;
+#pragma unroll
+    for (int w = 0; w < kBlockTiles; ++w) last = max(last, s_last[w]);
+    if (tid < kRows && s_seq[tid] == seq) s_seq[tid] = -1;
+    const int64_t c_end = last / kAttnChunk + 1, my_end = wlast >= 0 ? wlast / kAttnChunk + 1 : 0;
+    // Chunk c's K (K-major swizzled) and V (MmaSmem layout) into buffer b; rows past the run's
+    // last key zero-filled (mma_issue_kv's rule).
+    auto issue = [&](int64_t c, int b) {
+      const int64_t nl = last - c * kAttnChunk + 1;
+      const int n = int(nl < kAttnChunk ? nl : kAttnChunk);
+      const Bf16Rows src = chunk_rows<Bf16Rows>(a, t_run, hk, c * kAttnChunk);
+      const uint32_t ks_s = smem_addr(kt(b)), vs_s = smem_addr(vt(b));
+#pragma unroll 4
+      for (int i = tid; i < kAttnChunk * D / 8; i += kThreads) {
+        const int j = i / (D / 8), u = i % (D / 8);
+        const bool in = j < n;
+        const int64_t go = in ? j * src.stride + u * 8 : 0;
+        cp_async16_s(ks_s + uint32_t(W::at(kAttnChunk, j, 8 * u)), src.k + go, in ? 16 : 0);
+        cp_async16_s(vs_s + uint32_t(MmaSmem<D>::at(j, u) * 2), src.v + go, in ? 16 : 0);
+      }
+      cp_async_commit();
+    };
+    issue(0, 0);
+    for (int64_t c = 0; c < c_end; ++c) {
+      const int b = int(c & 1);
+      if (c + 1 < c_end) {
+        issue(c + 1, b ^ 1);  // buffer b ^ 1 held chunk c - 1, read by no warp any more
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      fence_proxy_async();  // the copies (and q's stores) visible to wgmma
+      __syncthreads();      // chunk c's copy is visible to every warp
+      float sc[32];
+#pragma unroll
+      for (int i = 0; i < 32; ++i) sc[i] = 0.0f;
+      wgmma_fence();
+#pragma unroll
+      for (int part = 0; part < 2; ++part)
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          const int off = (kk >> 2) * 8192 + (kk & 3) * 32;  // k-block, then k16 step in it
+          wgmma_bf16<64>(
+              sc, wgmma_desc_sw128(qt + part * W::kQPart + (kk >> 2) * kRows * 128 + (kk & 3) * 32),
+              wgmma_desc_sw128(kt(b) + off), 1);
+        }
+      wgmma_commit();
+      wgmma_wait<0>();
+      if (c < my_end) {  // the chunks Fused walks for this warp's rows of the run
+        float s[8][4];
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[nt][e] = sc[4 * nt + e];
+        MmaChunk ch;
+        mma_row_keys(m, run, c * kAttnChunk, lane, ch.n);
+        mma_chunk_softmax<false>(s, ch.n, a.scale, nullptr, nullptr, lane, ch.m, ch.l, ch.ph,
+                                 ch.pl);
+        mma_fold<D>(st, c, ch, vt(b), lane);
+      }
+      __syncthreads();  // buffer b no longer read
+    }
+  }
+  mma_write_out<D>(a, m, st, lane);
+}
+
 // One warp per (KV head, tile, group of `per` chunks), two chunk buffers: the partials of the
 // tile's rows for each chunk of the group they see, in the workspace layout of
 // attn_split_chunks_kernel (merged by attn_split_merge_kernel). How chunks are grouped changes no
@@ -1006,10 +1168,18 @@ __global__ void __launch_bounds__(32)
 }
 
 template <int D, bool F8>
-cudaError_t launch_mma(const AttnArgs& a, cudaStream_t s, bool split, bool block) {
+cudaError_t launch_mma(const AttnArgs& a, cudaStream_t s, bool split, bool block, bool wg) {
   const int64_t n_tiles = mma_tiles(a.T, a.H / a.Hkv);
   cudaError_t e;
-  if (block) {
+  if (wg && !F8) {
+    constexpr int kSmem = WgSmem<D>::kBytes;
+    const int64_t n_groups = (n_tiles + kBlockTiles - 1) / kBlockTiles;
+    if ((e = allow_smem<attn_wg_block_kernel<D>>(kSmem)) != cudaSuccess) return e;
+    attn_wg_block_kernel<D>
+        <<<unsigned(a.Hkv * n_groups), 32 * kBlockTiles, kSmem, s>>>(a, n_groups);
+    return cudaGetLastError();
+  }
+  if (block || wg) {
     constexpr int kSmem = MmaBlockSmem<D, F8>::kBytes;
     const int64_t n_groups = (n_tiles + kBlockTiles - 1) / kBlockTiles;
     if ((e = allow_smem<attn_mma_block_kernel<D, F8>>(kSmem)) != cudaSuccess) return e;
@@ -1081,14 +1251,14 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t s, AttnKernel kernel) {
                      (kernel == AttnKernel::Auto && ws_ok &&
                       attention_may_split(a.T, a.H, a.Hkv, a.D) && n_chunks(max_pos_of(a)) > 1);
   if (mma_path(a.D)) {
-    const bool block = kernel == AttnKernel::Block;
+    const bool block = kernel == AttnKernel::Block, wg = kernel == AttnKernel::BlockWG;
     if (a.k8)
-      return a.D == 128 ? launch_mma<128, true>(a, s, split, block)
-                        : launch_mma<64, true>(a, s, split, block);
-    return a.D == 128 ? launch_mma<128, false>(a, s, split, block)
-                      : launch_mma<64, false>(a, s, split, block);
+      return a.D == 128 ? launch_mma<128, true>(a, s, split, block, wg)
+                        : launch_mma<64, true>(a, s, split, block, wg);
+    return a.D == 128 ? launch_mma<128, false>(a, s, split, block, wg)
+                      : launch_mma<64, false>(a, s, split, block, wg);
   }
-  // (Block is Fused on the CUDA-core path: one warp a row and head.)
+  // (Block and BlockWG are Fused on the CUDA-core path: one warp a row and head.)
   if (a.k8)
     return a.D == 256   ? launch<8, Fp8Rows>(a, s, split)
            : a.D == 128 ? launch<4, Fp8Rows>(a, s, split)

@@ -601,7 +601,8 @@ class CudaBackend final : public Backend {
     AttnKernel k = choices_.empty() ? AttnKernel::Auto
                                     : attention_plan(choices_, fp8 ? "fp8" : "bf16", a.T, a.H, a.D,
                                                      a.Hkv, attention_ctx_bucket(max_pos_ + 1));
-    if (k == AttnKernel::Auto && opt_.attn_block && a.T > 64) k = AttnKernel::Block;
+    if (k == AttnKernel::Auto && opt_.attn_block && a.T > 64)
+      k = opt_.attn_block == 2 ? AttnKernel::BlockWG : AttnKernel::Block;
     attention_run(a, k, fp8);
   }
   void attention_run(const AttentionArgs& a, AttnKernel kernel, bool fp8) {
@@ -907,7 +908,9 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& opt) {
     o.profile = true;
   if (const char* p = std::getenv("BASALT_CUDA_FUSE"); p && std::string(p) == "0") o.fuse = false;
   if (const char* p = std::getenv("BASALT_CUDA_ATTN"); p && std::string(p) == "block")
-    o.attn_block = true;
+    o.attn_block = 1;
+  else if (p && std::string(p) == "blockwg")
+    o.attn_block = 2;
   return std::make_unique<CudaBackend>(o);
 }
 

@@ -25,8 +25,8 @@ struct CudaOptions {
   // SwiGLU. Off (each op alone, for A/B measurement) with BASALT_CUDA_FUSE=0.
   bool fuse = true;
   // Benchmarks: passes of more than 64 rows whose attention plan is Auto run the Block kernel
-  // (BASALT_CUDA_ATTN=block; same bits as Fused).
-  bool attn_block = false;
+  // (BASALT_CUDA_ATTN=block; 2: BlockWG, BASALT_CUDA_ATTN=blockwg; same bits as Fused).
+  int attn_block = 0;
 };
 
 // Throws basalt::Error when no usable device (sm_90) is present.
