@@ -899,6 +899,76 @@ __global__ void __launch_bounds__(32) attn_mma_fused_kernel(AttnArgs a, int64_t 
 // The tile groups with the latest positions (the most chunks) are launched first.
 constexpr int kBlockTiles = 4;
 
+// The rows of a Block / BlockWG block, taken one sequence at a time (in order of first row, as
+// mma_runs does within a warp): seq (-1: no row, or done), position and table row of each.
+struct BlockRuns {
+  static constexpr int kRows = kBlockTiles * kMmaRows;
+  int seq[kRows], pos[kRows], last[kBlockTiles], lead;
+  int64_t t[kRows];
+};
+__device__ __forceinline__ void block_runs_init(BlockRuns& r, const MmaTile& m, int warp,
+                                                int lane) {
+  if (lane < kMmaRows) {
+    const bool ok = (m.valid >> lane) & 1;
+    r.seq[warp * kMmaRows + lane] = ok ? m.my_seq : -1;
+    r.pos[warp * kMmaRows + lane] = m.my_pos;
+    r.t[warp * kMmaRows + lane] = m.my_t;
+  }
+}
+// The next sequence's rows (false: none left): this warp's rows of it (`run`, mma_runs' mask),
+// its table row t_run, the last position among the warp's rows (wlast, -1: none) and among the
+// block's (last). Every thread of the block calls it; it synchronises them.
+__device__ __forceinline__ bool block_runs_next(BlockRuns& r, int tid, int warp, int lane,
+                                                uint32_t& run, int64_t& t_run, int& wlast,
+                                                int& last) {
+  __syncthreads();  // seq as the last run left it; that run's buffers no longer read
+  if (tid == 0) {
+    int lead = -1;
+    for (int i = 0; i < BlockRuns::kRows && lead < 0; ++i)
+      if (r.seq[i] >= 0) lead = i;
+    r.lead = lead;
+  }
+  __syncthreads();
+  const int lead = r.lead;
+  if (lead < 0) return false;
+  const int seq = r.seq[lead];
+  t_run = r.t[lead];
+  const bool mine = lane < kMmaRows && r.seq[warp * kMmaRows + lane] == seq;
+  run = __ballot_sync(0xffffffffu, mine) & 0xffffu;
+  wlast = mine ? r.pos[warp * kMmaRows + lane] : -1;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) wlast = max(wlast, __shfl_xor_sync(0xffffffffu, wlast, o));
+  if (lane == 0) r.last[warp] = wlast;
+  __syncthreads();  // every thread has read seq for this run
+  last = -1;
+#pragma unroll
+  for (int w = 0; w < kBlockTiles; ++w) last = max(last, r.last[w]);
+  if (tid < BlockRuns::kRows && r.seq[tid] == seq) r.seq[tid] = -1;
+  return true;
+}
+
+// Walks chunks 0 .. c_end - 1 of a run through the block's two chunk buffers: issue(c, b) starts
+// chunk c's copy into buffer b (one cp.async group a thread, every thread), chunk c + 1's is in
+// flight while c is computed; ready(b) makes buffer b's copy visible to every thread (a block
+// barrier, and whatever else the kernel needs); f(c, b) computes the chunk. A buffer is reused
+// two chunks later, after every thread has passed a barrier.
+template <class Issue, class Ready, class F>
+__device__ __forceinline__ void block_walk(int64_t c_end, Issue&& issue, Ready&& ready, F&& f) {
+  issue(0, 0);
+  for (int64_t c = 0; c < c_end; ++c) {
+    const int b = int(c & 1);
+    if (c + 1 < c_end) {
+      issue(c + 1, b ^ 1);  // buffer b ^ 1 held chunk c - 1, read by no warp any more
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    ready(b);
+    f(c, b);
+    __syncthreads();  // buffer b no longer read
+  }
+}
+
 template <int D, bool F8>
 struct MmaBlockSmem {
   using L = MmaSmem<D>;
@@ -910,75 +980,43 @@ template <int D, bool F8>
 __global__ void __launch_bounds__(32 * kBlockTiles)
     attn_mma_block_kernel(AttnArgs a, int64_t n_groups) {
   pdl_trigger();
-  constexpr int kThreads = 32 * kBlockTiles, kRows = kBlockTiles * kMmaRows;
+  constexpr int kThreads = 32 * kBlockTiles;
   using L = MmaSmem<D>;
   extern __shared__ __align__(16) char sm_blk[];
-  __shared__ int s_seq[kRows], s_pos[kRows], s_last[kBlockTiles], s_lead;
-  __shared__ int64_t s_t[kRows];
+  __shared__ BlockRuns br;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int64_t hk = blockIdx.x % a.Hkv, group = n_groups - 1 - blockIdx.x / a.Hkv;
   const MmaWarpSmem<D, F8> sm(sm_blk + warp * L::kQBytes, sm_blk + kBlockTiles * L::kQBytes, 2);
   const MmaTile m = mma_tile(a, hk, group * kBlockTiles + warp, lane);
   mma_load_q<D>(a, m, sm.qs, lane);
-  if (lane < kMmaRows) {  // the block's rows: sequence (-1: none, or done), position, table row
-    const bool ok = (m.valid >> lane) & 1;
-    s_seq[warp * kMmaRows + lane] = ok ? m.my_seq : -1;
-    s_pos[warp * kMmaRows + lane] = m.my_pos;
-    s_t[warp * kMmaRows + lane] = m.my_t;
-  }
+  block_runs_init(br, m, warp, lane);
   MmaState<D> st;
-  for (;;) {
-    __syncthreads();  // s_seq as the last run left it; that run's buffers no longer read
-    if (tid == 0) {
-      int lead = -1;
-      for (int i = 0; i < kRows && lead < 0; ++i)
-        if (s_seq[i] >= 0) lead = i;
-      s_lead = lead;
-    }
-    __syncthreads();
-    const int lead = s_lead;
-    if (lead < 0) break;
-    const int seq = s_seq[lead];
-    const int64_t t_run = s_t[lead];
-    const bool mine = lane < kMmaRows && s_seq[warp * kMmaRows + lane] == seq;
-    const uint32_t run = __ballot_sync(0xffffffffu, mine) & 0xffffu;
-    int wlast = mine ? s_pos[warp * kMmaRows + lane] : -1;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) wlast = max(wlast, __shfl_xor_sync(0xffffffffu, wlast, o));
-    if (lane == 0) s_last[warp] = wlast;
-    __syncthreads();  // every thread has read s_seq for this run
-    int last = -1;
-#pragma unroll
-    for (int w = 0; w < kBlockTiles; ++w) last = max(last, s_last[w]);
-    if (tid < kRows && s_seq[tid] == seq) s_seq[tid] = -1;
+  uint32_t run;
+  int64_t t_run;
+  int wlast, last;
+  while (block_runs_next(br, tid, warp, lane, run, t_run, wlast, last)) {
     const int64_t c_end = last / kAttnChunk + 1, my_end = wlast >= 0 ? wlast / kAttnChunk + 1 : 0;
     auto issue = [&](int64_t c, int b) {
       const int64_t nl = last - c * kAttnChunk + 1;
       mma_issue_kv<D, F8, kThreads>(a, m, t_run, c * kAttnChunk,
                                     int(nl < kAttnChunk ? nl : kAttnChunk), sm, b, tid);
     };
-    issue(0, 0);
-    for (int64_t c = 0; c < c_end; ++c) {
-      const int b = int(c & 1);
-      if (c + 1 < c_end) {
-        issue(c + 1, b ^ 1);  // buffer b ^ 1 held chunk c - 1, read by no warp any more
-        cp_async_wait<1>();
-      } else {
-        cp_async_wait<0>();
-      }
-      __syncthreads();  // chunk c's copy is visible to every warp
-      if constexpr (F8) {
-        mma_widen_kv<D, kThreads>(sm, b, tid);
-        __syncthreads();
-      }
-      if (c < my_end) {  // the chunks Fused walks for this warp's rows of the run
-        MmaChunk ch;
-        mma_row_keys(m, run, c * kAttnChunk, lane, ch.n);
-        mma_chunk_weights<D, F8>(sm, b, ch.n, a.scale, lane, ch.m, ch.l, ch.ph, ch.pl);
-        mma_fold<D>(st, c, ch, sm.vs(b), lane);
-      }
-      __syncthreads();  // buffer b (and FP8's wide tiles) no longer read
-    }
+    block_walk(
+        c_end, issue,
+        [&](int b) {
+          __syncthreads();     // chunk c's copy is visible to every warp
+          if constexpr (F8) {  // (the wide tiles: read by no warp since the last barrier)
+            mma_widen_kv<D, kThreads>(sm, b, tid);
+            __syncthreads();
+          }
+        },
+        [&](int64_t c, int b) {
+          if (c >= my_end) return;  // the chunks Fused walks for this warp's rows of the run
+          MmaChunk ch;
+          mma_row_keys(m, run, c * kAttnChunk, lane, ch.n);
+          mma_chunk_weights<D, F8>(sm, b, ch.n, a.scale, lane, ch.m, ch.l, ch.ph, ch.pl);
+          mma_fold<D>(st, c, ch, sm.vs(b), lane);
+        });
   }
   mma_write_out<D>(a, m, st, lane);
 }
@@ -1014,8 +1052,7 @@ __global__ void __launch_bounds__(32 * kBlockTiles)
   extern __shared__ __align__(16) unsigned char sm_raw[];
   unsigned char* const sm = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(sm_raw) + 1023) & ~uintptr_t(1023));
-  __shared__ int s_seq[kRows], s_pos[kRows], s_last[kBlockTiles], s_lead;
-  __shared__ int64_t s_t[kRows];
+  __shared__ BlockRuns br;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int64_t hk = blockIdx.x % a.Hkv, group = n_groups - 1 - blockIdx.x / a.Hkv;
   unsigned char* const qt = sm;  // q_hi, then q_lo
@@ -1029,37 +1066,12 @@ __global__ void __launch_bounds__(32 * kBlockTiles)
     *reinterpret_cast<uint32_t*>(qt + o) = hi;
     *reinterpret_cast<uint32_t*>(qt + W::kQPart + o) = lo;
   });
-  if (lane < kMmaRows) {  // the block's rows: sequence (-1: none, or done), position, table row
-    const bool ok = (m.valid >> lane) & 1;
-    s_seq[warp * kMmaRows + lane] = ok ? m.my_seq : -1;
-    s_pos[warp * kMmaRows + lane] = m.my_pos;
-    s_t[warp * kMmaRows + lane] = m.my_t;
-  }
+  block_runs_init(br, m, warp, lane);
   MmaState<D> st;
-  for (;;) {
-    __syncthreads();  // s_seq as the last run left it; that run's buffers no longer read
-    if (tid == 0) {
-      int lead = -1;
-      for (int i = 0; i < kRows && lead < 0; ++i)
-        if (s_seq[i] >= 0) lead = i;
-      s_lead = lead;
-    }
-    __syncthreads();
-    const int lead = s_lead;
-    if (lead < 0) break;
-    const int seq = s_seq[lead];
-    const int64_t t_run = s_t[lead];
-    const bool mine = lane < kMmaRows && s_seq[warp * kMmaRows + lane] == seq;
-    const uint32_t run = __ballot_sync(0xffffffffu, mine) & 0xffffu;
-    int wlast = mine ? s_pos[warp * kMmaRows + lane] : -1;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) wlast = max(wlast, __shfl_xor_sync(0xffffffffu, wlast, o));
-    if (lane == 0) s_last[warp] = wlast;
-    __syncthreads();  // every thread has read s_seq for this run
-    int last = -1;
-#pragma unroll
-    for (int w = 0; w < kBlockTiles; ++w) last = max(last, s_last[w]);
-    if (tid < kRows && s_seq[tid] == seq) s_seq[tid] = -1;
+  uint32_t run;
+  int64_t t_run;
+  int wlast, last;
+  while (block_runs_next(br, tid, warp, lane, run, t_run, wlast, last)) {
     const int64_t c_end = last / kAttnChunk + 1, my_end = wlast >= 0 ? wlast / kAttnChunk + 1 : 0;
     // Chunk c's K (K-major swizzled) and V (MmaSmem layout) into buffer b; rows past the run's
     // last key zero-filled (mma_issue_kv's rule).
@@ -1078,46 +1090,39 @@ __global__ void __launch_bounds__(32 * kBlockTiles)
       }
       cp_async_commit();
     };
-    issue(0, 0);
-    for (int64_t c = 0; c < c_end; ++c) {
-      const int b = int(c & 1);
-      if (c + 1 < c_end) {
-        issue(c + 1, b ^ 1);  // buffer b ^ 1 held chunk c - 1, read by no warp any more
-        cp_async_wait<1>();
-      } else {
-        cp_async_wait<0>();
-      }
-      fence_proxy_async();  // the copies (and q's stores) visible to wgmma
-      __syncthreads();      // chunk c's copy is visible to every warp
-      float sc[32];
+    block_walk(
+        c_end, issue,
+        [](int) {
+          fence_proxy_async();  // the copies (and q's stores) visible to wgmma
+          __syncthreads();      // chunk c's copy is visible to every warp
+        },
+        [&](int64_t c, int b) {
+          float sc[32];
 #pragma unroll
-      for (int i = 0; i < 32; ++i) sc[i] = 0.0f;
-      wgmma_fence();
+          for (int i = 0; i < 32; ++i) sc[i] = 0.0f;
+          wgmma_fence();
 #pragma unroll
-      for (int part = 0; part < 2; ++part)
+          for (int part = 0; part < 2; ++part)
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-          const int off = (kk >> 2) * 8192 + (kk & 3) * 32;  // k-block, then k16 step in it
-          wgmma_bf16<64>(
-              sc, wgmma_desc_sw128(qt + part * W::kQPart + (kk >> 2) * kRows * 128 + (kk & 3) * 32),
-              wgmma_desc_sw128(kt(b) + off), 1);
-        }
-      wgmma_commit();
-      wgmma_wait<0>();
-      if (c < my_end) {  // the chunks Fused walks for this warp's rows of the run
-        float s[8][4];
+            for (int kk = 0; kk < D / 16; ++kk) {
+              const int off = (kk >> 2) * 8192 + (kk & 3) * 32;  // k-block, then k16 step in it
+              wgmma_bf16<64>(sc, wgmma_desc_sw128(qt + part * W::kQPart + off),
+                             wgmma_desc_sw128(kt(b) + off), 1);
+            }
+          wgmma_commit();
+          wgmma_wait<0>();
+          if (c >= my_end) return;  // the chunks Fused walks for this warp's rows of the run
+          float s[8][4];
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
+          for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) s[nt][e] = sc[4 * nt + e];
-        MmaChunk ch;
-        mma_row_keys(m, run, c * kAttnChunk, lane, ch.n);
-        mma_chunk_softmax<false>(s, ch.n, a.scale, nullptr, nullptr, lane, ch.m, ch.l, ch.ph,
-                                 ch.pl);
-        mma_fold<D>(st, c, ch, vt(b), lane);
-      }
-      __syncthreads();  // buffer b no longer read
-    }
+            for (int e = 0; e < 4; ++e) s[nt][e] = sc[4 * nt + e];
+          MmaChunk ch;
+          mma_row_keys(m, run, c * kAttnChunk, lane, ch.n);
+          mma_chunk_softmax<false>(s, ch.n, a.scale, nullptr, nullptr, lane, ch.m, ch.l, ch.ph,
+                                   ch.pl);
+          mma_fold<D>(st, c, ch, vt(b), lane);
+        });
   }
   mma_write_out<D>(a, m, st, lane);
 }

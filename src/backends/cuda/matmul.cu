@@ -574,6 +574,24 @@ __device__ __forceinline__ void tma_init_bars(uint32_t bars, int consumer_warps)
   mbar_init_fence();
 }
 
+// A TMA tiling block's start: its shared memory (the stage buffers from the first 1024-byte
+// boundary, the swizzle atoms', then the barriers, initialised by thread 0 for consumer_warps),
+// the block synchronised, and the next kernel let in (pdl_trigger).
+struct TmaSmem {
+  unsigned char* sm;
+  uint32_t sm_s, bars;
+};
+template <int STAGES, int STAGE_BYTES>
+__device__ __forceinline__ TmaSmem tma_block_start(unsigned char* raw, int consumer_warps) {
+  unsigned char* const sm = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+  const uint32_t sm_s = smem_addr(sm), bars = sm_s + uint32_t(STAGES * STAGE_BYTES);
+  if (threadIdx.x == 0) tma_init_bars<STAGES>(bars, consumer_warps);
+  __syncthreads();
+  pdl_trigger();
+  return {sm, sm_s, bars};
+}
+
 // The producer (one thread): k-stages kt0 .. kt0 + KT - 1. The first stages' weights are requested
 // before waiting for the previous kernel (pdl.cuh: no kernel writes W), their x after. mw2: a
 // second weight box per stage (the same rows of another weight) at w2_off.
@@ -697,16 +715,12 @@ __global__ void __launch_bounds__(TmaCfg<CWG, BN, STAGES>::kThreads,
                       const __grid_constant__ CUtensorMap tw2, bf16_bits* __restrict__ out) {
   using C = TmaCfg<CWG, BN, STAGES>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  unsigned char* const sm = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  const uint32_t sm_s = smem_addr(sm);
-  const uint32_t bars = sm_s + uint32_t(STAGES * C::kStageBytes);
+  const TmaSmem ts = tma_block_start<STAGES, C::kStageBytes>(smem_raw, 4 * CWG);
+  unsigned char* const sm = ts.sm;
+  const uint32_t sm_s = ts.sm_s, bars = ts.bars;
   const int m0 = blockIdx.x * C::kBM, n0 = blockIdx.y * (SWIGLU ? BN / 2 : BN);
   const int tid = threadIdx.x;
   const int KT = (K + C::kBK - 1) / C::kBK;
-  if (tid == 0) tma_init_bars<STAGES>(bars, 4 * CWG);
-  __syncthreads();
-  pdl_trigger();
   // Registers move from the producer warpgroup (one thread of it works) to the consumers, whose
   // two accumulator sets (fold) need them.
   if (tid < 128) {  // the producer warpgroup: x in A (the first kABytes), W in B
@@ -765,15 +779,11 @@ __global__ void __launch_bounds__(TmaCfg<CWG, BN, STAGES>::kThreads, 1)
                                  int row_blocks, int n_tiles) {
   using C = TmaCfg<CWG, BN, STAGES>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  unsigned char* const sm = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  const uint32_t sm_s = smem_addr(sm);
-  const uint32_t bars = sm_s + uint32_t(STAGES * C::kStageBytes);
+  const TmaSmem ts = tma_block_start<STAGES, C::kStageBytes>(smem_raw, 4 * CWG);
+  unsigned char* const sm = ts.sm;
+  const uint32_t sm_s = ts.sm_s, bars = ts.bars;
   const int tid = threadIdx.x;
   const int KT = (K + C::kBK - 1) / C::kBK;
-  if (tid == 0) tma_init_bars<STAGES>(bars, 4 * CWG);
-  __syncthreads();
-  pdl_trigger();
   if (tid < 128) {  // the producer warpgroup: x in A (the first kABytes), W in B
     setmaxnreg_dec<C::kProducerRegs>();
     if (tid != 0) return;
@@ -980,18 +990,14 @@ __global__ void __launch_bounds__(160, 3)
   const int z = item / blocks, blk = item % blocks;
   const int tile = tile0 + blk;  // counters: one per 64-row block of the group
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  unsigned char* const sm = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  const uint32_t sm_s = smem_addr(sm);
-  const uint32_t bars = sm_s + uint32_t(STAGES * C::kStageBytes);
+  const TmaSmem ts = tma_block_start<STAGES, C::kStageBytes>(smem_raw, 4);
+  unsigned char* const sm = ts.sm;
+  const uint32_t sm_s = ts.sm_s, bars = ts.bars;
   const int n0 = blk * 64;
   const int tid = threadIdx.x;
   const int KT_all = (K + C::kBK - 1) / C::kBK;
   const int kt0 = split ? z * seg_tiles : 0;
   const int KT = split ? min(KT_all - kt0, seg_tiles) : KT_all;
-  if (tid == 0) tma_init_bars<STAGES>(bars, 4);
-  __syncthreads();
-  pdl_trigger();
   if (tid >= 128) {  // the producer warp: W in A (the first kABytes), x in B
     if (tid == 128)
       tma_produce<STAGES, C::kStageBytes>(sm_s, bars,
