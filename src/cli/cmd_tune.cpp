@@ -25,7 +25,7 @@ struct TuneArgs {
   int64_t decode_max = 16;
   std::vector<int64_t> prefill;  // default: 512, 2048 on CUDA; 128 on the CPU
   std::vector<int64_t> ctx = {512, 2048, 8192, 32768};
-  bool no_merge = false, quiet = false, only_missing = false, verify = false;
+  bool no_merge = false, quiet = false, only_missing = false, verify = false, prune = false;
 };
 
 // `tune --verify`: the recipe at `path` re-measured on this device (kernels::verify).
@@ -64,6 +64,15 @@ int run_verify(Backend& be, const TuneArgs& a, const std::string& path) {
   std::fprintf(stderr, "[tune] verified %zu choices of %s in %.1f s%s\n", rep.rows.size(),
                path.c_str(), rep.elapsed_s,
                rep.budget_hit ? " (budget reached: the rest were not re-measured)" : "");
+  if (a.prune) {
+    std::vector<std::string> pruned;
+    const kernels::Recipe out = kernels::prune_slower(r, rep, be.kernel_registry(), 0.01, &pruned);
+    if (!pruned.empty()) kernels::recipe_write(out, path);
+    for (const std::string& x : pruned)
+      std::fprintf(stderr, "[tune] pruned: %s (back to the default)\n", x.c_str());
+    std::fprintf(stderr, "[tune] --prune: %zu choices set back to the default in %s\n",
+                 pruned.size(), path.c_str());
+  }
   return 0;
 }
 
@@ -141,6 +150,7 @@ int run_tune(const TuneArgs& a) {
                  be->name().c_str());
     return 0;
   }
+  if (a.prune && !a.verify) fail("[tune] --prune goes with --verify");
   if (a.verify) return run_verify(*be, a, a.out.empty() ? kernels::recipe_default_path(id) : a.out);
   std::unique_ptr<Model> model = model_load(a.model);
   std::vector<OpShape> shapes = model_shapes(*model, *be, a, prefill);
@@ -264,6 +274,9 @@ Runner add_tune(CLI::App& app) {
   sc->add_flag("--verify", a->verify,
                "Re-measure the output recipe's choices against the defaults (no tuning; -m "
                "unused)");
+  sc->add_flag("--prune", a->prune,
+               "With --verify: set every choice re-measured more than 1 % slower than its "
+               "default back to the default, and write the recipe");
   sc->add_flag("-q,--quiet", a->quiet, "No progress bar");
   return [a] { return run_tune(*a); };
 }

@@ -293,4 +293,24 @@ VerifyReport verify(Backend& be, const Recipe& r, const TuneOptions& opt) {
   return rep;
 }
 
+Recipe prune_slower(const Recipe& r, const VerifyReport& rep,
+                    const std::vector<OpKernels>& registry, double tolerance,
+                    std::vector<std::string>* pruned) {
+  Recipe out = r;
+  for (const VerifyRow& v : rep.rows) {
+    if (!(v.tuned_us > v.default_us * (1.0 + tolerance))) continue;
+    auto k = std::find_if(registry.begin(), registry.end(),
+                          [&](const OpKernels& o) { return o.op == v.entry.shape.op; });
+    if (k == registry.end() || k->variants.empty()) continue;
+    for (RecipeEntry& e : out.entries) {
+      if (!(e.shape == v.entry.shape) || !(e.variant == v.entry.variant)) continue;
+      e.variant = k->variants[0];
+      e.time_us = e.default_us = v.default_us;
+      e.probes.clear();
+      if (pruned) pruned->push_back(e.shape.str());
+    }
+  }
+  return out;
+}
+
 }  // namespace basalt::kernels

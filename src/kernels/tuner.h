@@ -67,4 +67,12 @@ struct VerifyReport {
 };
 VerifyReport verify(Backend& be, const Recipe& r, const TuneOptions& opt);
 
+// r with every choice that `rep` re-measured more than `tolerance` slower than its default set
+// back to that default (registry: the op's variants[0]; the entry's times become the
+// re-measured default's, its probes dropped): `tune --verify --prune`, for a recipe whose
+// defaults have since become faster. `pruned` (if given) gets the shapes changed.
+Recipe prune_slower(const Recipe& r, const VerifyReport& rep,
+                    const std::vector<OpKernels>& registry, double tolerance = 0.01,
+                    std::vector<std::string>* pruned = nullptr);
+
 }  // namespace basalt::kernels

@@ -246,6 +246,13 @@ TEST(Cli, TuneOnlyMissingAndVerify) {
   EXPECT_NE(verified.out.find("of the recipe's " + std::to_string(n) + " entries choose another"),
             std::string::npos)
       << verified.out;
+  Result pruned =
+      run("tune --device cpu -q --verify --prune --budget-s 600 --out " + quote(file), env);
+  ASSERT_EQ(pruned.code, 0) << pruned.err;
+  EXPECT_NE(pruned.err.find("--prune: "), std::string::npos) << pruned.err;
+  Result lone = run("tune --device cpu -q --prune --out " + quote(file), env);
+  EXPECT_NE(lone.code, 0);
+  EXPECT_NE(lone.err.find("--prune goes with --verify"), std::string::npos) << lone.err;
   Result none = run("tune --device cpu -q --verify --out " + quote(dir.str() + "/none.json"), env);
   EXPECT_NE(none.code, 0);
   EXPECT_NE(none.err.find("no recipe at"), std::string::npos) << none.err;

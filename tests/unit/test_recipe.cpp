@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "io/embedded.h"
 #include "kernels/recipe.h"
+#include "kernels/tuner.h"
 #include "test_util.h"
 
 namespace basalt {
@@ -151,6 +152,36 @@ TEST(Recipe, CheckAgainstRegistryKeepsOrderChangingChoicesOffT) {
   r = sample();
   r.entries[0].variant.params["tiling"] = 3;
   check_fails(r, "parameters differ");
+}
+
+// `tune --verify --prune`: choices re-measured more than 1 % slower than their default go back to
+// the default (times from the re-measurement, probes dropped); the others stay as they were.
+TEST(Recipe, PruneSetsSlowerChoicesBackToTheDefault) {
+  const Recipe r = sample();
+  kernels::VerifyReport rep;
+  rep.entries = 3;
+  rep.rows = {{r.entries[0], 20.0, 12.0},   // the matmul choice: now slower than auto
+              {r.entries[1], 40.0, 39.8},   // split: within 1 %
+              {r.entries[2], 29.0, 31.0}};  // moe: still faster
+  std::vector<std::string> pruned;
+  const Recipe out = kernels::prune_slower(r, rep, fake_registry(), 0.01, &pruned);
+  ASSERT_EQ(out.entries.size(), 3u);
+  ASSERT_EQ(pruned.size(), 1u);
+  EXPECT_EQ(pruned[0], r.entries[0].shape.str());
+  EXPECT_EQ(out.entries[0].variant.name, "auto");
+  EXPECT_TRUE(out.entries[0].variant.params.empty());
+  EXPECT_EQ(out.entries[0].time_us, 12.0);
+  EXPECT_EQ(out.entries[0].default_us, 12.0);
+  EXPECT_EQ(out.entries[1].variant.name, "kseg1024");
+  EXPECT_EQ(out.entries[1].probes.size(), 2u);
+  EXPECT_EQ(out.entries[2].variant.name, "rows16x32deep");
+  kernels::recipe_check(out, fake_registry());  // still a valid recipe
+  // An order-changing choice slower than the rule goes back to the rule, probes dropped.
+  rep.rows = {{r.entries[1], 50.0, 44.0}};
+  const Recipe split = kernels::prune_slower(r, rep, fake_registry());
+  EXPECT_EQ(split.entries[1].variant.name, "rule");
+  EXPECT_TRUE(split.entries[1].probes.empty());
+  EXPECT_EQ(split.entries[0].variant.name, "rows16x16");
 }
 
 TEST(Recipe, WriteIsAtomicAndMergeKeepsOtherShapes) {
