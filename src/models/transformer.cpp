@@ -480,14 +480,15 @@ void Model::attention_block(Backend& be, KvPool& pool, const BoundLayer& L, int6
   if (L.bq) be.add_bias(s.q, L.bq, T, H * D);
   if (L.bk) be.add_bias(s.k, L.bk, T, Hkv * D);
   if (L.bv) be.add_bias(s.v, L.bv, T, Hkv * D);
-  if (c.qk_norm) {  // per-head RMSNorm before RoPE (Qwen3)
-    be.head_rmsnorm(s.q, L.q_norm, T * H, D, c.rms_eps);
-    be.head_rmsnorm(s.k, L.k_norm, T * Hkv, D, c.rms_eps);
-  }
-  // RoPE on q and k; this pass's K/V rows go into the cache before attention reads them.
+  // Per-head RMSNorm (Qwen3) and RoPE on q and k; this pass's K/V rows go into the cache before
+  // attention reads them.
   const int64_t kl = L.cache_layer;
-  be.rope_kv_write(s.q, s.k, s.v, pool.k(kl), pool.v(kl), T, H, Hkv, D, c.rope.dim, s.cos, s.sin,
-                   c.rope.style);
+  RopeKvArgs rk;
+  rk.q = s.q, rk.k = s.k, rk.v = s.v, rk.k_cache = pool.k(kl), rk.v_cache = pool.v(kl);
+  rk.T = T, rk.H = H, rk.Hkv = Hkv, rk.D = D, rk.rot = c.rope.dim;
+  rk.cos = s.cos, rk.sin = s.sin, rk.style = c.rope.style;
+  if (c.qk_norm) rk.q_norm = L.q_norm, rk.k_norm = L.k_norm, rk.eps = c.rms_eps;
+  be.rope_kv_write(rk);
   const size_t act = dtype_bytes(be.act_dtype(), 1);
   void* att = static_cast<char*>(s.att) + size_t(first * H * D) * act;
   const int64_t n = T - first;

@@ -131,6 +131,24 @@ struct AttentionArgs {
   }
 };
 
+// Backend::rope_kv_write: q [T, H, D] and k [T, Hkv, D] f32, per-head RMSNorm'd with q_norm /
+// k_norm [D] where given (eps), then rotated in place over their first `rot` dims (cos / sin
+// [T, rot / 2]); k and v [T, Hkv, D] then go into one layer's cache at the pass's rows.
+struct RopeKvArgs {
+  float* q = nullptr;
+  float* k = nullptr;
+  const float* v = nullptr;
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  int64_t T = 0, H = 0, Hkv = 0, D = 0, rot = 0;
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+  RopeStyle style = RopeStyle::NeoX;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  float eps = 0.0f;
+};
+
 // Mixture-of-experts feed-forward (Qwen3-MoE family), routing included. Per row t: p =
 // softmax(router[t, :]) in f32; the top_k experts by p (largest first, the lower index on
 // ties); when norm_topk their p are divided by their sum; then
@@ -267,14 +285,16 @@ class Backend {
   // positions (block tables of the pass), converting to kv_dtype.
   virtual void kv_write(const float* k, const float* v, void* k_cache, void* v_cache, int64_t Hkv,
                         int64_t D) = 0;
-  // rope(q, T, H, …), rope(k, T, Hkv, …), then kv_write(k, v, …): the same bits as those three
-  // calls, which is what this does unless a backend runs them in one launch.
-  virtual void rope_kv_write(float* q, float* k, const float* v, void* k_cache, void* v_cache,
-                             int64_t T, int64_t H, int64_t Hkv, int64_t D, int64_t rot,
-                             const float* cos, const float* sin, RopeStyle style) {
-    rope(q, T, H, D, rot, cos, sin, style);
-    rope(k, T, Hkv, D, rot, cos, sin, style);
-    kv_write(k, v, k_cache, v_cache, Hkv, D);
+  // With q_norm / k_norm (Qwen3's per-head norms): head_rmsnorm(q, q_norm, …) and
+  // head_rmsnorm(k, k_norm, …) first. Then rope(q, T, H, …), rope(k, T, Hkv, …) and
+  // kv_write(k, v, …): the same bits as those calls, which is what this does unless a backend
+  // runs them in one launch.
+  virtual void rope_kv_write(const RopeKvArgs& a) {
+    if (a.q_norm) head_rmsnorm(a.q, a.q_norm, a.T * a.H, a.D, a.eps);
+    if (a.k_norm) head_rmsnorm(a.k, a.k_norm, a.T * a.Hkv, a.D, a.eps);
+    rope(a.q, a.T, a.H, a.D, a.rot, a.cos, a.sin, a.style);
+    rope(a.k, a.T, a.Hkv, a.D, a.rot, a.cos, a.sin, a.style);
+    kv_write(a.k, a.v, a.k_cache, a.v_cache, a.Hkv, a.D);
   }
   // Causal GQA attention of T query rows over the paged KV cache.
   virtual void attention(const AttentionArgs& a) = 0;

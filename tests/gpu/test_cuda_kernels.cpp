@@ -1285,42 +1285,52 @@ void test_small_ops() {
   check(ok, "kv_write rows at their slots, bf16 bitwise");
 }
 
-// rope_kv_write == rope(q) + rope(k) + kv_write, bitwise: q, k and the cache rows (slots out of
-// order, untouched rows still poisoned), both layouts, full and partial rotation.
+// rope_kv_write == [head_rmsnorm(q), head_rmsnorm(k)] + rope(q) + rope(k) + kv_write, bitwise: q,
+// k and the cache rows (slots out of order, untouched rows still poisoned), both layouts, full
+// and partial rotation, with and without the per-head norms.
 void test_rope_kv_write() {
   const int64_t T = 5, H = 8, Hkv = 2, rows = 16;
+  const float eps = 1e-6f;
   const std::vector<int32_t> slots = {3, 15, 0, 7, 9};
   for (int64_t D : {64, 128})
     for (int64_t rot : {D, D / 4})
-      for (auto layout : {bc::RopeLayout::NeoX, bc::RopeLayout::Interleaved}) {
-        const int64_t half = rot / 2;
-        auto q = rand_f32(T * H * D, -2, 2), k = rand_f32(T * Hkv * D, -2, 2),
-             v = rand_f32(T * Hkv * D, -2, 2), cs = rand_f32(T * half, -1, 1),
-             sn = rand_f32(T * half, -1, 1);
-        Dev<float> dq(q.size()), dk(k.size()), dv(v.size()), dc(cs.size()), ds(sn.size());
-        Dev<float> eq(q.size()), ek(k.size());
-        Dev<int32_t> dsl(T);
-        Dev<uint16_t> kc(rows * Hkv * D), vc(rows * Hkv * D), kc2(rows * Hkv * D),
-            vc2(rows * Hkv * D);
-        dq.up(q), dk.up(k), dv.up(v), dc.up(cs), ds.up(sn), dsl.up(slots);
-        eq.up(q), ek.up(k);
-        kc.poison(), vc.poison(), kc2.poison(), vc2.poison();
-        CK(bc::rope(eq.p, T, H, D, rot, dc.p, ds.p, layout, nullptr));
-        CK(bc::rope(ek.p, T, Hkv, D, rot, dc.p, ds.p, layout, nullptr));
-        CK(bc::kv_write(ek.p, dv.p, dsl.p, T, Hkv * D, kc.p, vc.p, nullptr));
-        CK(bc::rope_kv_write(dq.p, dk.p, dv.p, dsl.p, T, H, Hkv, D, rot, dc.p, ds.p, layout, kc2.p,
-                             vc2.p, nullptr));
-        const auto q1 = eq.down(), q2 = dq.down(), k1 = ek.down(), k2 = dk.down();
-        const auto c1 = kc.down(), c2 = kc2.down(), v1 = vc.down(), v2 = vc2.down();
-        const std::string tag = "rope_kv_write D=" + std::to_string(D) +
-                                " rot=" + std::to_string(rot) +
-                                (layout == bc::RopeLayout::NeoX ? " neox" : " interleaved");
-        check(same_bits(q1.data(), q2.data(), q1.size() * 4) &&
-                  same_bits(k1.data(), k2.data(), k1.size() * 4) &&
-                  same_bits(c1.data(), c2.data(), c1.size() * 2) &&
-                  same_bits(v1.data(), v2.data(), v1.size() * 2),
-              tag + ": q, k and the cache == rope + rope + kv_write, bitwise");
-      }
+      for (auto layout : {bc::RopeLayout::NeoX, bc::RopeLayout::Interleaved})
+        for (bool norm : {false, true}) {
+          const int64_t half = rot / 2;
+          auto q = rand_f32(T * H * D, -2, 2), k = rand_f32(T * Hkv * D, -2, 2),
+               v = rand_f32(T * Hkv * D, -2, 2), cs = rand_f32(T * half, -1, 1),
+               sn = rand_f32(T * half, -1, 1), qn = rand_f32(D, 0.5f, 1.5f),
+               kn = rand_f32(D, 0.5f, 1.5f);
+          Dev<float> dq(q.size()), dk(k.size()), dv(v.size()), dc(cs.size()), ds(sn.size());
+          Dev<float> eq(q.size()), ek(k.size()), dqn(D), dkn(D);
+          Dev<int32_t> dsl(T);
+          Dev<uint16_t> kc(rows * Hkv * D), vc(rows * Hkv * D), kc2(rows * Hkv * D),
+              vc2(rows * Hkv * D);
+          dq.up(q), dk.up(k), dv.up(v), dc.up(cs), ds.up(sn), dsl.up(slots), dqn.up(qn), dkn.up(kn);
+          eq.up(q), ek.up(k);
+          kc.poison(), vc.poison(), kc2.poison(), vc2.poison();
+          if (norm) {
+            CK(bc::head_rmsnorm(eq.p, dqn.p, T * H, D, eps, nullptr));
+            CK(bc::head_rmsnorm(ek.p, dkn.p, T * Hkv, D, eps, nullptr));
+          }
+          CK(bc::rope(eq.p, T, H, D, rot, dc.p, ds.p, layout, nullptr));
+          CK(bc::rope(ek.p, T, Hkv, D, rot, dc.p, ds.p, layout, nullptr));
+          CK(bc::kv_write(ek.p, dv.p, dsl.p, T, Hkv * D, kc.p, vc.p, nullptr));
+          CK(bc::rope_kv_write(dq.p, dk.p, dv.p, dsl.p, T, H, Hkv, D, rot, dc.p, ds.p, layout,
+                               kc2.p, vc2.p, nullptr, norm ? dqn.p : nullptr,
+                               norm ? dkn.p : nullptr, eps));
+          const auto q1 = eq.down(), q2 = dq.down(), k1 = ek.down(), k2 = dk.down();
+          const auto c1 = kc.down(), c2 = kc2.down(), v1 = vc.down(), v2 = vc2.down();
+          const std::string tag = "rope_kv_write D=" + std::to_string(D) +
+                                  " rot=" + std::to_string(rot) +
+                                  (layout == bc::RopeLayout::NeoX ? " neox" : " interleaved") +
+                                  (norm ? " q/k norm" : "");
+          check(same_bits(q1.data(), q2.data(), q1.size() * 4) &&
+                    same_bits(k1.data(), k2.data(), k1.size() * 4) &&
+                    same_bits(c1.data(), c2.data(), c1.size() * 2) &&
+                    same_bits(v1.data(), v2.data(), v1.size() * 2),
+                tag + ": q, k and the cache == the separate ops, bitwise");
+        }
 }
 
 // argmax_rows: the first maximum of each row (ties planted on purpose), as the host's loop.

@@ -571,19 +571,18 @@ class CudaBackend final : public Backend {
     });
   }
   // One launch where the cache is bf16 and the rows are the pass's (the E4M3 cache's per-row
-  // scales need a reduction: the three ops).
-  void rope_kv_write(float* q, float* k, const float* v, void* k_cache, void* v_cache, int64_t T,
-                     int64_t H, int64_t Hkv, int64_t D, int64_t rot, const float* cos,
-                     const float* sin, RopeStyle style) override {
-    if (!opt_.fuse || kv_ == DType::F8_E4M3 || T != T_) {
-      Backend::rope_kv_write(q, k, v, k_cache, v_cache, T, H, Hkv, D, rot, cos, sin, style);
+  // scales need a reduction: the separate ops).
+  void rope_kv_write(const RopeKvArgs& a) override {
+    if (!opt_.fuse || kv_ == DType::F8_E4M3 || a.T != T_ || !a.q_norm != !a.k_norm) {
+      Backend::rope_kv_write(a);
       return;
     }
     op("rope_kv_write", 0, 0, [&] {
       return cuda::rope_kv_write(
-          q, k, v, d_slots_, T, H, Hkv, D, rot, cos, sin,
-          style == RopeStyle::NeoX ? RopeLayout::NeoX : RopeLayout::Interleaved,
-          static_cast<bf16_bits*>(k_cache), static_cast<bf16_bits*>(v_cache), stream_);
+          a.q, a.k, a.v, d_slots_, a.T, a.H, a.Hkv, a.D, a.rot, a.cos, a.sin,
+          a.style == RopeStyle::NeoX ? RopeLayout::NeoX : RopeLayout::Interleaved,
+          static_cast<bf16_bits*>(a.k_cache), static_cast<bf16_bits*>(a.v_cache), stream_, a.q_norm,
+          a.k_norm, a.eps);
     });
   }
   // A non-causal block (AttentionArgs::block_last: a DSpark drafter's block, the whole pass of

@@ -84,17 +84,23 @@ __global__ void __launch_bounds__(kNormThreads)
   }
 }
 
-__global__ void head_rmsnorm_kernel(float* x, const float* w, int64_t rows, int64_t D, float eps) {
-  pdl_trigger();
-  const int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
-  const int lane = threadIdx.x & 31;
-  if (r >= rows) return;  // whole warps leave together
-  float* xr = x + r * D;
+// A head row's RMSNorm in place (x[i] = (x[i] · inv) · w[i]), one warp: each lane's strided
+// squares in order, then warp_sum (head_rmsnorm_kernel and rope_kv_write_kernel).
+__device__ __forceinline__ void head_rmsnorm_row(float* xr, const float* w, int64_t D, float eps,
+                                                 int lane) {
   float ss = 0.0f;
   for (int64_t i = lane; i < D; i += 32) ss = __fmaf_rn(xr[i], xr[i], ss);
   ss = warp_sum(ss);
   const float inv = __frcp_rn(__fsqrt_rn(__fadd_rn(__fdiv_rn(ss, float(D)), eps)));
   for (int64_t i = lane; i < D; i += 32) xr[i] = __fmul_rn(__fmul_rn(xr[i], inv), w[i]);
+}
+
+__global__ void head_rmsnorm_kernel(float* x, const float* w, int64_t rows, int64_t D, float eps) {
+  pdl_trigger();
+  const int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (r >= rows) return;  // whole warps leave together
+  head_rmsnorm_row(x + r * D, w, D, eps, lane);
 }
 
 __device__ __forceinline__ void rope_pair(float* v, int64_t i, int64_t half, RopeLayout layout,
@@ -184,40 +190,48 @@ __global__ void kv_write_kernel(const float* k, const float* v, const int32_t* s
   }
 }
 
-// One thread per (t, head, pair i < D / 2); heads 0 .. H - 1 are q's, then Hkv of k, then Hkv of
-// v. Pairs i < half of q and k are rotated by rope_pair (rope_kernel's arithmetic); each k and v
-// pair then goes to the cache row slots[t] as bf16 (kv_write_kernel's rounding). A k pair's
-// dims: rope_pair's a, b, or 2i, 2i + 1 past the rotated ones (both layouts).
+// One warp per (t, head row): rows 0 .. H - 1 of a token are q's, then Hkv of k, then Hkv of v.
+// q and k rows: head_rmsnorm_row with q_norm / k_norm if given, then pairs i < half rotated by
+// rope_pair (rope_kernel's arithmetic), lane-strided; a k row's pairs then go to the cache row
+// slots[t] as bf16 (kv_write_kernel's rounding), its dims past the rotated ones too (pair i >=
+// half: dims 2i, 2i + 1 in both layouts); a v row is copied the same way.
 __global__ void rope_kv_write_kernel(float* q, float* k, const float* v, const int32_t* slots,
                                      int64_t T, int64_t H, int64_t Hkv, int64_t D, int64_t half,
                                      const float* cos, const float* sin, RopeLayout layout,
-                                     bf16_bits* kc, bf16_bits* vc) {
+                                     bf16_bits* kc, bf16_bits* vc, const float* q_norm,
+                                     const float* k_norm, float eps) {
   pdl_trigger();
-  const int64_t pairs = D / 2, heads = H + 2 * Hkv;
-  const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (idx >= T * heads * pairs) return;
-  const int64_t i = idx % pairs, th = idx / pairs, t = th / heads, h = th % heads;
-  if (h < H) {
-    if (i < half)
-      rope_pair(q + (t * H + h) * D, i, half, layout, cos[t * half + i], sin[t * half + i]);
+  const int64_t heads = H + 2 * Hkv;
+  const int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (r >= T * heads) return;  // whole warps leave together
+  const int64_t t = r / heads, h = r % heads;
+  if (h >= H + Hkv) {  // v
+    const int64_t hk = h - H - Hkv;
+    const float* x = v + (t * Hkv + hk) * D;
+    bf16_bits* o = vc + int64_t(slots[t]) * Hkv * D + hk * D;
+    for (int64_t i = lane; i < D; i += 32) o[i] = to_bf(x[i]);
     return;
   }
-  const bool is_k = h < H + Hkv;
-  const int64_t hk = is_k ? h - H : h - H - Hkv;
-  const int64_t src = (t * Hkv + hk) * D, dst = int64_t(slots[t]) * Hkv * D + hk * D;
-  if (!is_k) {
-    vc[dst + 2 * i] = to_bf(v[src + 2 * i]);
-    vc[dst + 2 * i + 1] = to_bf(v[src + 2 * i + 1]);
-    return;
+  const bool is_k = h >= H;
+  float* x = is_k ? k + (t * Hkv + (h - H)) * D : q + (t * H + h) * D;
+  const float* w = is_k ? k_norm : q_norm;
+  if (w) {
+    head_rmsnorm_row(x, w, D, eps, lane);
+    __syncwarp();  // the normed row, visible to every lane before pairs cross lanes
   }
-  float* x = k + src;
-  int64_t a = 2 * i, b = 2 * i + 1;
-  if (i < half) {
-    rope_pair(x, i, half, layout, cos[t * half + i], sin[t * half + i]);
-    if (layout == RopeLayout::NeoX) a = i, b = i + half;
+  for (int64_t i = lane; i < D / 2; i += 32) {
+    int64_t a = 2 * i, b = 2 * i + 1;
+    if (i < half) {
+      rope_pair(x, i, half, layout, cos[t * half + i], sin[t * half + i]);
+      if (layout == RopeLayout::NeoX) a = i, b = i + half;
+    }
+    if (is_k) {
+      bf16_bits* o = kc + int64_t(slots[t]) * Hkv * D + (h - H) * D;
+      o[a] = to_bf(x[a]);
+      o[b] = to_bf(x[b]);
+    }
   }
-  kc[dst + a] = to_bf(x[a]);
-  kc[dst + b] = to_bf(x[b]);
 }
 
 // One warp per (row, head, k or v): the amax is a max (exact in any order), then each lane
@@ -391,14 +405,16 @@ cudaError_t kv_write_fp8(const float* k, const float* v, const int32_t* slots, i
 cudaError_t rope_kv_write(float* q, float* k, const float* v, const int32_t* slots, int64_t T,
                           int64_t H, int64_t Hkv, int64_t D, int64_t rot, const float* cos,
                           const float* sin, RopeLayout layout, bf16_bits* k_cache,
-                          bf16_bits* v_cache, cudaStream_t s) {
+                          bf16_bits* v_cache, cudaStream_t s, const float* q_norm,
+                          const float* k_norm, float eps) {
   if (T < 0 || H <= 0 || Hkv <= 0 || D <= 0 || D % 2 || rot <= 0 || rot % 2 || rot > D || !cos ||
-      !sin)
+      !sin || !q_norm != !k_norm)
     return cudaErrorInvalidValue;
-  const int64_t n = T * (H + 2 * Hkv) * (D / 2);
-  if (n == 0) return cudaSuccess;
-  rope_kv_write_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(
-      q, k, v, slots, T, H, Hkv, D, rot / 2, cos, sin, layout, k_cache, v_cache);
+  const int64_t rows = T * (H + 2 * Hkv);
+  if (rows == 0) return cudaSuccess;
+  rope_kv_write_kernel<<<unsigned((rows + 7) / 8), 256, 0, s>>>(q, k, v, slots, T, H, Hkv, D,
+                                                                rot / 2, cos, sin, layout, k_cache,
+                                                                v_cache, q_norm, k_norm, eps);
   return cudaGetLastError();
 }
 

@@ -66,12 +66,15 @@ cudaError_t rope_angles(const int32_t* pos, const float* inv_freq, int64_t T, in
 // v_cache [rows, row] bf16 gets bf16(k[t, :]) and bf16(v[t, :]) (k, v f32 [T, row]).
 cudaError_t kv_write(const float* k, const float* v, const int32_t* slots, int64_t T, int64_t row,
                      bf16_bits* k_cache, bf16_bits* v_cache, cudaStream_t s);
-// rope(q, T, H, …), rope(k, T, Hkv, …) and kv_write(k, v, slots, T, Hkv · D, …) in one launch:
-// the same bits (q and k rotated in place, the cache rows as kv_write's).
+// With q_norm and k_norm (both or neither): head_rmsnorm(q, q_norm, T · H, D, eps) and
+// head_rmsnorm(k, k_norm, T · Hkv, D, eps); then rope(q, T, H, …), rope(k, T, Hkv, …) and
+// kv_write(k, v, slots, T, Hkv · D, …); all in one launch (a warp a head row) and the same bits
+// (q and k normed and rotated in place, the cache rows as kv_write's).
 cudaError_t rope_kv_write(float* q, float* k, const float* v, const int32_t* slots, int64_t T,
                           int64_t H, int64_t Hkv, int64_t D, int64_t rot, const float* cos,
                           const float* sin, RopeLayout layout, bf16_bits* k_cache,
-                          bf16_bits* v_cache, cudaStream_t s);
+                          bf16_bits* v_cache, cudaStream_t s, const float* q_norm = nullptr,
+                          const float* k_norm = nullptr, float eps = 0.0f);
 // The same into E4M3 caches (AttnArgs::k8 layout): per (row, head) s = amax / 448 (1 if 0),
 // codes e4m3(x / s) round-to-nearest-even saturating: the host's ref::kv_fp8_encode, bit for bit.
 cudaError_t kv_write_fp8(const float* k, const float* v, const int32_t* slots, int64_t T,
