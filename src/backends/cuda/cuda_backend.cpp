@@ -600,8 +600,8 @@ class CudaBackend final : public Backend {
     AttnKernel k = choices_.empty() ? AttnKernel::Auto
                                     : attention_plan(choices_, fp8 ? "fp8" : "bf16", a.T, a.H, a.D,
                                                      a.Hkv, attention_ctx_bucket(max_pos_ + 1));
-    if (k == AttnKernel::Auto && opt_.attn_block && a.T > 64)
-      k = opt_.attn_block == 2 ? AttnKernel::BlockWG : AttnKernel::Block;
+    if (k == AttnKernel::Auto && opt_.attn_kernel && a.T > 64)
+      k = static_cast<AttnKernel>(opt_.attn_kernel);
     attention_run(a, k, fp8);
   }
   void attention_run(const AttentionArgs& a, AttnKernel kernel, bool fp8) {
@@ -906,10 +906,14 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& opt) {
   if (const char* p = std::getenv("BASALT_CUDA_PROFILE"); p && std::string(p) == "1")
     o.profile = true;
   if (const char* p = std::getenv("BASALT_CUDA_FUSE"); p && std::string(p) == "0") o.fuse = false;
-  if (const char* p = std::getenv("BASALT_CUDA_ATTN"); p && std::string(p) == "block")
-    o.attn_block = 1;
-  else if (p && std::string(p) == "blockwg")
-    o.attn_block = 2;
+  if (const char* p = std::getenv("BASALT_CUDA_ATTN")) {
+    const std::string v = p;
+    const AttnKernel k = v == "fused"     ? AttnKernel::Fused
+                         : v == "block"   ? AttnKernel::Block
+                         : v == "blockwg" ? AttnKernel::BlockWG
+                                          : AttnKernel::Auto;
+    o.attn_kernel = static_cast<uint8_t>(k);
+  }
   return std::make_unique<CudaBackend>(o);
 }
 

@@ -24,9 +24,10 @@ struct CudaOptions {
   // Fused launches that change no bits: rope + kv_write, the prefill gate / up products with
   // SwiGLU. Off (each op alone, for A/B measurement) with BASALT_CUDA_FUSE=0.
   bool fuse = true;
-  // Benchmarks: passes of more than 64 rows whose attention plan is Auto run the Block kernel
-  // (BASALT_CUDA_ATTN=block; 2: BlockWG, BASALT_CUDA_ATTN=blockwg; same bits as Fused).
-  int attn_block = 0;
+  // Benchmarks: passes of more than 64 rows whose attention plan is Auto run this kernel
+  // instead of Auto's (BlockWG; Block on an FP8 cache): BASALT_CUDA_ATTN=fused|block|blockwg.
+  // Every choice gives the same bits. kernels.h's AttnKernel value (0: Auto).
+  uint8_t attn_kernel = 0;
 };
 
 // Throws basalt::Error when no usable device (sm_90) is present.
