@@ -515,6 +515,34 @@ int main(int argc, char** argv) {
     }
     CK(cudaFree(w));
   }
+  // The prefill gate / up products with SwiGLU in one launch (llama-3.1-8b's F = 14336, K =
+  // 4096): blocks of 64 + 64 columns (TileTMA) and 128 + 128 (TileTMA256, Auto's choice for
+  // one-segment weights). TFLOP/s of the two products.
+  for (int64_t T : {512, 2048}) {
+    if (attn_only) break;
+    if (const char* e = std::getenv("BENCH_T"); e && std::atoll(e) != T) continue;
+    const int64_t F = 14336, K = 4096;
+    uint16_t *x, *wg, *wu, *out;
+    CK(cudaMalloc(&x, size_t(T) * K * 2));
+    CK(cudaMalloc(&wg, size_t(F) * K * 2));
+    CK(cudaMalloc(&wu, size_t(F) * K * 2));
+    CK(cudaMalloc(&out, size_t(T) * F * 2));
+    fill_bf16(x, size_t(T) * K), fill_bf16(wg, size_t(F) * K), fill_bf16(wu, size_t(F) * K);
+    for (auto kern : {bc::MatmulKernel::TileTMA, bc::MatmulKernel::TileTMA256}) {
+      const double ms = time_ms(
+          [&](int) { CK(bc::matmul_bf16_swiglu(x, T, wg, wu, F, K, out, nullptr, 0, kern)); }, 5,
+          30);
+      const double tf = 4.0 * T * F * K / (ms * 1e-3) / 1e12;
+      std::printf("%-10s %6lld %6lld %6lld %-10s %10.2f %9s %7s %9.1f\n", "mm_swiglu", (long long)T,
+                  (long long)F, (long long)K,
+                  kern == bc::MatmulKernel::TileTMA ? "TileTMA" : "TileTMA256", ms * 1e3, "-", "-",
+                  tf);
+    }
+    CK(cudaFree(x));
+    CK(cudaFree(wg));
+    CK(cudaFree(wu));
+    CK(cudaFree(out));
+  }
   if (matmul_only) return 0;
 
   // Decode attention: one query row, H=32, Hkv=8, D=128 (Llama-3.1-8B), several contexts.

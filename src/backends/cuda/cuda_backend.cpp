@@ -447,8 +447,8 @@ class CudaBackend final : public Backend {
     if (refused) Backend::matmul_n(x, T, n, w, y);
   }
   // Prefill passes (T > 64) over bf16 gate / up weights whose plans leave the tiling to Auto or
-  // TileTMA: one launch that applies SwiGLU in its epilogue (matmul_bf16_swiglu: the bits of
-  // the two matmuls and swiglu); anything else, and --fast-prefill, the two ops.
+  // TileTMA / TileTMA256: one launch that applies SwiGLU in its epilogue (matmul_bf16_swiglu: the
+  // bits of the two matmuls and swiglu); anything else, and --fast-prefill, the two ops.
   void matmul_swiglu(const void* x, int64_t T, const WeightRef& gate, const WeightRef& up, float* g,
                      float* u, void* out) override {
     const MatmulPlan p = choices_.empty()
@@ -456,7 +456,8 @@ class CudaBackend final : public Backend {
                              : matmul_plan(choices_, kernel_dtype(gate), T, gate.rows, gate.cols);
     const bool fuse = opt_.fuse && T > 64 && !opt_.fast_prefill && !ref::is_scaled(gate) &&
                       !ref::is_scaled(up) && gate.rows == up.rows && gate.cols == up.cols &&
-                      (p.tiling == MatmulKernel::Auto || p.tiling == MatmulKernel::TileTMA) &&
+                      (p.tiling == MatmulKernel::Auto || p.tiling == MatmulKernel::TileTMA ||
+                       p.tiling == MatmulKernel::TileTMA256) &&
                       (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(gate.data) |
                        reinterpret_cast<uintptr_t>(up.data)) %
                               16 ==
@@ -467,7 +468,7 @@ class CudaBackend final : public Backend {
         const cudaError_t e = matmul_bf16_swiglu(
             static_cast<const bf16_bits*>(x), T, static_cast<const bf16_bits*>(gate.data),
             static_cast<const bf16_bits*>(up.data), gate.rows, gate.cols,
-            static_cast<bf16_bits*>(out), stream_, p.kseg);
+            static_cast<bf16_bits*>(out), stream_, p.kseg, p.tiling);
         refused = e == cudaErrorNotSupported;
         return refused ? cudaSuccess : e;
       });

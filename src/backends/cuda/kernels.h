@@ -140,11 +140,14 @@ cudaError_t matmul_bf16(const bf16_bits* x, int64_t T, const bf16_bits* w, int64
                         void* workspace = nullptr, size_t workspace_bytes = 0, int64_t kseg = 0);
 // out[t, f] = bf16(silu(g) · u) with g = (x · W_gateᵀ)[t, f] and u = (x · W_upᵀ)[t, f] (both
 // [F, K], segments kseg as matmul_bf16's): the bits of matmul_bf16 on each weight, then swiglu,
-// in one TileTMA launch that never writes g or u (prefill's gate / up). cudaErrorNotSupported
-// where the device cannot make a tensor map: then run those three.
+// in one TMA launch that never writes g or u (prefill's gate / up). kernel: TileTMA (blocks of 64
+// gate + 64 up columns), TileTMA256 (128 + 128; one-segment weights, else TileTMA's) or Auto
+// (TileTMA256's where the weights are one segment). cudaErrorNotSupported for another kernel,
+// or where the device cannot make a tensor map: then run those three.
 cudaError_t matmul_bf16_swiglu(const bf16_bits* x, int64_t T, const bf16_bits* w_gate,
                                const bf16_bits* w_up, int64_t F, int64_t K, bf16_bits* out,
-                               cudaStream_t s, int64_t kseg = 0);
+                               cudaStream_t s, int64_t kseg = 0,
+                               MatmulKernel kernel = MatmulKernel::Auto);
 // y_i = x · W_iᵀ for n <= 3 weights of the same K in one launch (the RowsTMA tiling, T <= 64:
 // q / k / v, gate / up), each with its own segments (kseg[i] as matmul_bf16's kseg; nullptr: the
 // rule) and bitwise what matmul_bf16 gives it. y[i] is [T, N[i]]. With a workspace of
