@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
-# One device call for the thirteenth session's changes (none run on a GPU when they landed): the
-# GPU suites; `bench_cuda_kernels attention` (prefill attention: Fused, Block, BlockWG) and
-# `matmul` at 2,048 rows (TileTMA, TileTMA256, TileTMAP; TFLOP/s); then a
-# synthetic MODEL (default llama-3.1-8b, bf16): logits of a 298-token prompt bitwise across
-# BASALT_CUDA_FUSE=0 (rope + kv_write and gate / up + SwiGLU as separate launches),
-# BASALT_CUDA_ATTN=block / blockwg (prefill attention on the Block / BlockWG kernel) and prefill
-# chunks 1 and 64, then `basalt bench` in the four configurations, ROUNDS times in turn (default
-# 1).
-# PROFILE=1 adds the per-op table of a 2,048-token prefill with the fused launches and
-# PROFILE_ATTN (default blockwg).
+# One device call for the prefill kernels (Block / BlockWG attention, fused launches, TMA
+# tilings): the GPU suites; `bench_cuda_kernels attention` (prefill attention: Fused, Block,
+# BlockWG) and `matmul` at 2,048 rows (TileTMA, TileTMA256, TileTMAP, and gate / up + SwiGLU on
+# either block width; TFLOP/s); then a synthetic MODEL (default llama-3.1-8b, bf16): logits of a
+# 298-token prompt bitwise across the CONFIGS (see cfg_env) and BASALT_CUDA_ATTN=block and
+# prefill chunks 1 and 64, then `basalt bench` in each of CONFIGS, ROUNDS times in turn
+# (default 1).
+# PROFILE=1 adds the per-op table of a 2,048-token prefill with the defaults; SERVE=1 a serve
+# load test.
 # First, on an H200, `tune --verify --prune` on a copy of the shipped recipe (SKIP_VERIFY=1: not).
 # Run from the repository root on the GPU machine with build-cuda/ from bench/cuda/pack.sh;
 # results in $OUT.
@@ -32,28 +31,38 @@ if [ "${SKIP_KERNELS:-0}" != 1 ]; then
   grep -E "attn-pre|copy" "$OUT/attention.txt"
   # The prefill tilings at 2,048 rows: TileTMA, TileTMA256 and the persistent TileTMAP.
   BENCH_T=2048 step timeout 120 $B/bench/cuda/bench_cuda_kernels matmul > "$OUT/matmul.txt" 2>&1
-  grep -E "TileTMA|copy" "$OUT/matmul.txt"
+  grep -E "TileTMA|mm_swiglu|copy" "$OUT/matmul.txt"
 fi
 model_dir ${MODEL:-llama-3.1-8b}
 n=$(basename $M)
+# cfg_env CFG: the environment of a configuration. auto: the defaults (prefill attention on
+# BlockWG, fused launches, gate / up + SwiGLU on 128 + 128-column blocks where one segment);
+# fused: prefill attention on Fused (the previous default); nofuse: BASALT_CUDA_FUSE=0;
+# block / blockwg: those kernels.
+cfg_env() {
+  unset BASALT_CUDA_FUSE BASALT_CUDA_ATTN
+  case $1 in
+    nofuse) export BASALT_CUDA_FUSE=0 ;;
+    fused | block | blockwg) export BASALT_CUDA_ATTN=$1 ;;
+  esac
+}
+CONFIGS=${CONFIGS:-auto fused nofuse}
 logits() { $B/basalt logits -m $M --device cuda --tokens $LOGIT_IDS --out /tmp/l_$1.npy 2>/dev/null; }
-logits ref
-BASALT_CUDA_FUSE=0 logits nofuse
-BASALT_CUDA_ATTN=block logits block
-BASALT_CUDA_ATTN=blockwg logits blockwg
-logits_check $n $M ref nofuse block blockwg
+for cfg in $CONFIGS block; do
+  cfg_env $cfg
+  logits $cfg
+done
+cfg_env auto
+logits_check $n $M $(echo $CONFIGS | cut -d' ' -f1) $(echo $CONFIGS | cut -d' ' -f2-) block
 for round in $(seq ${ROUNDS:-1}); do
-  for cfg in fused nofuse block blockwg; do
+  for cfg in $CONFIGS; do
     echo "== $n $cfg round $round" >> "$OUT/bench_$n.txt"
-    case $cfg in
-      nofuse) export BASALT_CUDA_FUSE=0 ;;
-      block | blockwg) export BASALT_CUDA_ATTN=$cfg ;;
-    esac
+    cfg_env $cfg
     step $B/basalt bench -m $M --device cuda ${BENCH:--p 512,2048 -n 64 -r 3} --json \
       >> "$OUT/bench_$n.txt" 2>&1
-    unset BASALT_CUDA_FUSE BASALT_CUDA_ATTN
   done
 done
+cfg_env auto
 grep -E "^==|prefill_tok_s" "$OUT/bench_$n.txt" |
   python3 -c '
 import json, sys
@@ -66,7 +75,23 @@ for line in sys.stdin:
         r.get("prompt_tokens"), r["prefill_tok_s"], r.get("matmul_fraction", 0), r["decode_tok_s"],
         r["context"], r.get("bandwidth_fraction", 0)))'
 if [ "${PROFILE:-0}" = 1 ]; then
-  BASALT_CUDA_ATTN=${PROFILE_ATTN:-blockwg} BASALT_CUDA_PROFILE=1 step $B/basalt bench -m $M --device cuda -p 2048 \
-    -n 64 -r 1 > "$OUT/profile_$n.txt" 2>&1
+  BASALT_CUDA_PROFILE=1 step $B/basalt bench -m $M --device cuda -p 2048 -n 64 -r 1 \
+    > "$OUT/profile_$n.txt" 2>&1
   tail -n 40 "$OUT/profile_$n.txt"
+fi
+# SERVE=1 (issue 4): `basalt serve --parallel 64` under bench/serve_load.py at STREAMS (default
+# 1,64,64: the first 64 records each pass shape's graph, the second is the figure).
+if [ "${SERVE:-0}" = 1 ]; then
+  cp $B/tok/* $M/
+  $B/basalt serve -m $M --device cuda --port 8123 --parallel 64 --max-context 4096 \
+    > "$OUT/serve.log" 2>&1 &
+  for i in $(seq 120); do
+    python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8123/health')" \
+      2> /dev/null && break
+    sleep 1
+  done
+  step python3 bench/serve_load.py --url http://127.0.0.1:8123 --streams ${STREAMS:-1,64,64} \
+    --prompt-words 400 --max-tokens 256 | tee "$OUT/serve_load.jsonl"
+  kill %1; wait
+  grep -v "^POST" "$OUT/serve.log" | tail -n 5
 fi

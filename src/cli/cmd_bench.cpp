@@ -137,7 +137,7 @@ int run_bench(const BenchArgs& a) {
         dec.push_back(st.decode_s);
         spec = st;
       }
-      rows.push_back({P, median(pre), median(dec)});
+      rows.push_back({P, median(pre), median(dec), {}});
       continue;
     }
     // One cache for the repeats, as llama-bench keeps its context: the first repeat touches
