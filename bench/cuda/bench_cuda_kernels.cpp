@@ -633,17 +633,20 @@ int main(int argc, char** argv) {
           }
           pa8.row_table = zeros;
           for (const bc::AttnArgs* p : {&pa, &pa8})
-            for (bc::AttnKernel kern :
-                 {bc::AttnKernel::Fused, bc::AttnKernel::Block, bc::AttnKernel::BlockWG}) {
+            for (bc::AttnKernel kern : {bc::AttnKernel::Fused, bc::AttnKernel::Block,
+                                        bc::AttnKernel::BlockWG, bc::AttnKernel::BlockWGPV}) {
               if (kern != bc::AttnKernel::Fused && D != 64 && D != 128) continue;
-              if (kern == bc::AttnKernel::BlockWG && p == &pa8) continue;  // (runs Block)
+              if ((kern == bc::AttnKernel::BlockWG || kern == bc::AttnKernel::BlockWGPV) &&
+                  p == &pa8)
+                continue;  // (runs Block)
               const double msp = time_ms([&](int) { CK(bc::attention(*p, nullptr, kern)); }, 2, 10);
               std::printf("%-10s %6lld %6lld %6lld %-10s %10.2f %9s %7s %9.1f\n",
                           p == &pa ? "attn-pre" : "attn-pre8", (long long)T, (long long)ctx,
                           (long long)D,
-                          kern == bc::AttnKernel::Block     ? "block"
-                          : kern == bc::AttnKernel::BlockWG ? "blockwg"
-                                                            : "fused",
+                          kern == bc::AttnKernel::Block       ? "block"
+                          : kern == bc::AttnKernel::BlockWG   ? "blockwg"
+                          : kern == bc::AttnKernel::BlockWGPV ? "blockwgpv"
+                                                              : "fused",
                           msp * 1e3, "", "", flops / (msp * 1e-3) / 1e12);
             }
           CK(cudaFree(qp));

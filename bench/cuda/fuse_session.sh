@@ -38,15 +38,15 @@ n=$(basename $M)
 # cfg_env CFG: the environment of a configuration. auto: the defaults (prefill attention on
 # BlockWG, fused launches, gate / up + SwiGLU on 128 + 128-column blocks where one segment);
 # fused: prefill attention on Fused (the previous default); nofuse: BASALT_CUDA_FUSE=0;
-# block / blockwg: those kernels.
+# block / blockwg / blockwgpv: those kernels.
 cfg_env() {
   unset BASALT_CUDA_FUSE BASALT_CUDA_ATTN
   case $1 in
     nofuse) export BASALT_CUDA_FUSE=0 ;;
-    fused | block | blockwg) export BASALT_CUDA_ATTN=$1 ;;
+    fused | block | blockwg | blockwgpv) export BASALT_CUDA_ATTN=$1 ;;
   esac
 }
-CONFIGS=${CONFIGS:-auto fused nofuse}
+CONFIGS=${CONFIGS:-auto fused nofuse blockwgpv}
 logits() { $B/basalt logits -m $M --device cuda --tokens $LOGIT_IDS --out /tmp/l_$1.npy 2>/dev/null; }
 for cfg in $CONFIGS block; do
   cfg_env $cfg

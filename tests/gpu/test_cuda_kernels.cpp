@@ -1164,6 +1164,10 @@ constexpr AttnPass kAttnPasses[] = {{1, bc::AttnKernel::Split, "decode T=1 split
                                     {1, bc::AttnKernel::BlockWG, "decode T=1 block wgmma"},
                                     {7, bc::AttnKernel::BlockWG, "prefill chunks of 7 block wgmma"},
                                     {0, bc::AttnKernel::BlockWG, "whole prefill block wgmma"},
+                                    {1, bc::AttnKernel::BlockWGPV, "decode T=1 block wgmma pv"},
+                                    {7, bc::AttnKernel::BlockWGPV, "prefill chunks of 7 wgmma pv"},
+                                    {0, bc::AttnKernel::BlockWGPV, "whole prefill wgmma pv"},
+                                    {0, bc::AttnKernel::Auto, "whole prefill auto (blockwg)"},
                                     {0, bc::AttnKernel::Fused, "whole prefill fused, again"}};
 
 // Shared by the attention tests: rows r0 .. P - 1 of the whole fused prefill `whole` against
@@ -1404,7 +1408,7 @@ void test_paged_attention() {
     const size_t ws_bytes = bc::attention_workspace_bytes(T, H, D, PA);
     Dev<float> ws(ws_bytes / 4 + 1);
     for (auto kern : {bc::AttnKernel::Fused, bc::AttnKernel::Split, bc::AttnKernel::Block,
-                      bc::AttnKernel::BlockWG}) {
+                      bc::AttnKernel::BlockWG, bc::AttnKernel::BlockWGPV}) {
       dout.poison();
       bc::AttnArgs a;
       a.q = dq.p, a.k = dkc.p, a.v = dvc.p, a.out = dout.p;

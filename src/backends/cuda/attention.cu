@@ -815,28 +815,47 @@ struct MmaState {
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, acc[D / 8][4];
 };
 
+// merge()'s coefficients of chunk c for the tile's two rows (fa for the state, fb for the
+// chunk; first: the row's first chunk, c = 0), the state's statistics updated; rows that see no
+// key of the chunk keep their state.
+struct MmaFoldCoef {
+  float fa[2], fb[2];
+  bool first[2];
+};
+template <int D>
+__device__ __forceinline__ MmaFoldCoef mma_fold_stats(MmaState<D>& st, int64_t c,
+                                                      const MmaChunk& ch) {
+  MmaFoldCoef f;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    f.first[half] = c == 0;
+    if (ch.n[half] == 0 || f.first[half]) {
+      f.fa[half] = 0.0f, f.fb[half] = 1.0f;
+      if (ch.n[half] > 0) st.m[half] = ch.m[half], st.l[half] = ch.l[half];
+      continue;
+    }
+    const float mn = fmaxf(st.m[half], ch.m[half]);
+    f.fa[half] = expf(__fsub_rn(st.m[half], mn));
+    f.fb[half] = expf(__fsub_rn(ch.m[half], mn));
+    st.l[half] = __fadd_rn(__fmul_rn(st.l[half], f.fa[half]), __fmul_rn(ch.l[half], f.fb[half]));
+    st.m[half] = mn;
+  }
+  return f;
+}
+// acc element x (accumulator slot e: row half e / 2) <- x ⊕ o.
+__device__ __forceinline__ void mma_fold_elem(float& x, float o, int e, const MmaChunk& ch,
+                                              const MmaFoldCoef& f) {
+  const int half = e >> 1;
+  if (ch.n[half] == 0) return;
+  x = f.first[half] ? o : __fadd_rn(__fmul_rn(x, f.fa[half]), __fmul_rn(o, f.fb[half]));
+}
+
 // st <- st ⊕ chunk c (merge()'s formula), or st = chunk for a row's first chunk (c = 0); rows
 // that see no key of the chunk keep their state.
 template <int D>
 __device__ __forceinline__ void mma_fold(MmaState<D>& st, int64_t c, const MmaChunk& ch,
                                          const bf16_bits* vs, int lane) {
-  const int(&n)[2] = ch.n;
-  float fa[2], fb[2];
-  bool first[2];
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    first[half] = c == 0;
-    if (n[half] == 0 || first[half]) {
-      fa[half] = 0.0f, fb[half] = 1.0f;
-      if (n[half] > 0) st.m[half] = ch.m[half], st.l[half] = ch.l[half];
-      continue;
-    }
-    const float mn = fmaxf(st.m[half], ch.m[half]);
-    fa[half] = expf(__fsub_rn(st.m[half], mn));
-    fb[half] = expf(__fsub_rn(ch.m[half], mn));
-    st.l[half] = __fadd_rn(__fmul_rn(st.l[half], fa[half]), __fmul_rn(ch.l[half], fb[half]));
-    st.m[half] = mn;
-  }
+  const MmaFoldCoef f = mma_fold_stats<D>(st, c, ch);
 #pragma unroll
   for (int dp = 0; dp < D / 16; ++dp) {
     float o[2][4];
@@ -844,12 +863,7 @@ __device__ __forceinline__ void mma_fold(MmaState<D>& st, int64_t c, const MmaCh
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int half = e >> 1;
-        float& x = st.acc[2 * dp + i][e];
-        if (n[half] == 0) continue;
-        x = first[half] ? o[i][e] : __fadd_rn(__fmul_rn(x, fa[half]), __fmul_rn(o[i][e], fb[half]));
-      }
+      for (int e = 0; e < 4; ++e) mma_fold_elem(st.acc[2 * dp + i][e], o[i][e], e, ch, f);
   }
 }
 
@@ -1029,6 +1043,13 @@ __global__ void __launch_bounds__(32 * kBlockTiles)
 // the 128-byte-swizzled K-major layout the matmuls' wgmma reads (rows of 64 d, 1024-byte groups
 // of 8 rows, D / 64 such blocks), V in MmaSmem's layout for the mma.sync Σ w·v. Softmax, Σ w·v
 // and the fold are the Block kernel's: the same bits.
+// PV (BlockWGPV): Σ w·v on wgmma too. V sits in K's layout, which is wgmma's MN-major B operand
+// (a row of 64 d per key, the keys as k); the weights stay in registers as wgmma's A (each warp's
+// 16 rows: the mma.sync A fragments p_hi, p_lo); per 64 output dims one m64n64k16 chain of 8
+// steps, p_hi's 4 then p_lo's 4, from zeroed accumulators: the mma.sync chain of
+// mma_chunk_values, whose accumulator layout it has. Every warp of the warpgroup takes part in
+// every chunk's products: a warp whose rows see none of the chunk passes zero weights and folds
+// nothing.
 template <int D>
 struct WgSmem {
   static constexpr int kKBlocks = D / 64, kRows = kBlockTiles * kMmaRows;  // 64 rows
@@ -1042,7 +1063,37 @@ struct WgSmem {
   }
 };
 
+// st <- st ⊕ chunk c as mma_fold, Σ w·v on wgmma from V in K's layout at vt (all 4 warps).
 template <int D>
+__device__ __forceinline__ void mma_fold_wg(MmaState<D>& st, int64_t c, const MmaChunk& ch,
+                                            const unsigned char* vt) {
+  const MmaFoldCoef f = mma_fold_stats<D>(st, c, ch);
+  constexpr uint32_t kNBlock = kAttnChunk * 128;  // bytes from one 64-wide d block to the next
+#pragma unroll
+  for (int h = 0; h < D / 64; ++h) {
+    float o[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) o[i] = 0.0f;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      wgmma_bf16_rs64_tb(o, ch.ph[kk], wgmma_desc_sw128_mn(vt + h * kNBlock + kk * 2048, kNBlock),
+                         1);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      wgmma_bf16_rs64_tb(o, ch.pl[kk], wgmma_desc_sw128_mn(vt + h * kNBlock + kk * 2048, kNBlock),
+                         1);
+    wgmma_commit();
+    wgmma_wait<0>();
+    // o[4j + e]: output dims 64h + 8j + 2·(lane % 4) (+ 1): acc tile 8h + j.
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) mma_fold_elem(st.acc[8 * h + j][e], o[4 * j + e], e, ch, f);
+  }
+}
+
+template <int D, bool PV>
 __global__ void __launch_bounds__(32 * kBlockTiles)
     attn_wg_block_kernel(AttnArgs a, int64_t n_groups) {
   pdl_trigger();
@@ -1086,7 +1137,8 @@ __global__ void __launch_bounds__(32 * kBlockTiles)
         const bool in = j < n;
         const int64_t go = in ? j * src.stride + u * 8 : 0;
         cp_async16_s(ks_s + uint32_t(W::at(kAttnChunk, j, 8 * u)), src.k + go, in ? 16 : 0);
-        cp_async16_s(vs_s + uint32_t(MmaSmem<D>::at(j, u) * 2), src.v + go, in ? 16 : 0);
+        cp_async16_s(vs_s + uint32_t(PV ? W::at(kAttnChunk, j, 8 * u) : MmaSmem<D>::at(j, u) * 2),
+                     src.v + go, in ? 16 : 0);
       }
       cp_async_commit();
     };
@@ -1111,17 +1163,31 @@ __global__ void __launch_bounds__(32 * kBlockTiles)
             }
           wgmma_commit();
           wgmma_wait<0>();
-          if (c >= my_end) return;  // the chunks Fused walks for this warp's rows of the run
-          float s[8][4];
-#pragma unroll
-          for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[nt][e] = sc[4 * nt + e];
           MmaChunk ch;
-          mma_row_keys(m, run, c * kAttnChunk, lane, ch.n);
-          mma_chunk_softmax<false>(s, ch.n, a.scale, nullptr, nullptr, lane, ch.m, ch.l, ch.ph,
-                                   ch.pl);
-          mma_fold<D>(st, c, ch, vt(b), lane);
+          if (c >= my_end) {  // the chunks Fused walks for this warp's rows of the run
+            if constexpr (!PV) {
+              return;
+            } else {
+#pragma unroll
+              for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) ch.ph[kk][i] = ch.pl[kk][i] = 0u;
+              ch.n[0] = ch.n[1] = 0;
+            }
+          } else {
+            float s[8][4];
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) s[nt][e] = sc[4 * nt + e];
+            mma_row_keys(m, run, c * kAttnChunk, lane, ch.n);
+            mma_chunk_softmax<false>(s, ch.n, a.scale, nullptr, nullptr, lane, ch.m, ch.l, ch.ph,
+                                     ch.pl);
+          }
+          if constexpr (PV)
+            mma_fold_wg<D>(st, c, ch, kt(b) + W::kKTile);
+          else
+            mma_fold<D>(st, c, ch, vt(b), lane);
         });
   }
   mma_write_out<D>(a, m, st, lane);
@@ -1173,18 +1239,24 @@ __global__ void __launch_bounds__(32)
 }
 
 template <int D, bool F8>
-cudaError_t launch_mma(const AttnArgs& a, cudaStream_t s, bool split, bool block, bool wg) {
+cudaError_t launch_mma(const AttnArgs& a, cudaStream_t s, bool split, bool block, bool wg,
+                       bool pv) {
   const int64_t n_tiles = mma_tiles(a.T, a.H / a.Hkv);
   cudaError_t e;
-  if (wg && !F8) {
+  if ((wg || pv) && !F8) {
     constexpr int kSmem = WgSmem<D>::kBytes;
     const int64_t n_groups = (n_tiles + kBlockTiles - 1) / kBlockTiles;
-    if ((e = allow_smem<attn_wg_block_kernel<D>>(kSmem)) != cudaSuccess) return e;
-    attn_wg_block_kernel<D>
-        <<<unsigned(a.Hkv * n_groups), 32 * kBlockTiles, kSmem, s>>>(a, n_groups);
+    const unsigned grid = unsigned(a.Hkv * n_groups);
+    if (pv) {
+      if ((e = allow_smem<attn_wg_block_kernel<D, true>>(kSmem)) != cudaSuccess) return e;
+      attn_wg_block_kernel<D, true><<<grid, 32 * kBlockTiles, kSmem, s>>>(a, n_groups);
+    } else {
+      if ((e = allow_smem<attn_wg_block_kernel<D, false>>(kSmem)) != cudaSuccess) return e;
+      attn_wg_block_kernel<D, false><<<grid, 32 * kBlockTiles, kSmem, s>>>(a, n_groups);
+    }
     return cudaGetLastError();
   }
-  if (block || wg) {
+  if (block || wg || pv) {
     constexpr int kSmem = MmaBlockSmem<D, F8>::kBytes;
     const int64_t n_groups = (n_tiles + kBlockTiles - 1) / kBlockTiles;
     if ((e = allow_smem<attn_mma_block_kernel<D, F8>>(kSmem)) != cudaSuccess) return e;
@@ -1260,12 +1332,13 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t s, AttnKernel kernel) {
     // Block on FP8): 2.0x / 3.0x Fused on a 2,048-token prompt (H100), the same bits.
     const bool auto_block = kernel == AttnKernel::Auto && !split && a.T > 64;
     const bool block = kernel == AttnKernel::Block || auto_block,
-               wg = kernel == AttnKernel::BlockWG || auto_block;
+               wg = kernel == AttnKernel::BlockWG || auto_block,
+               pv = kernel == AttnKernel::BlockWGPV;
     if (a.k8)
-      return a.D == 128 ? launch_mma<128, true>(a, s, split, block, wg)
-                        : launch_mma<64, true>(a, s, split, block, wg);
-    return a.D == 128 ? launch_mma<128, false>(a, s, split, block, wg)
-                      : launch_mma<64, false>(a, s, split, block, wg);
+      return a.D == 128 ? launch_mma<128, true>(a, s, split, block, wg, pv)
+                        : launch_mma<64, true>(a, s, split, block, wg, pv);
+    return a.D == 128 ? launch_mma<128, false>(a, s, split, block, wg, pv)
+                      : launch_mma<64, false>(a, s, split, block, wg, pv);
   }
   // (Block and BlockWG are Fused on the CUDA-core path: one warp a row and head.)
   if (a.k8)

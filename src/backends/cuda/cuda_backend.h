@@ -25,8 +25,9 @@ struct CudaOptions {
   // SwiGLU. Off (each op alone, for A/B measurement) with BASALT_CUDA_FUSE=0.
   bool fuse = true;
   // Benchmarks: passes of more than 64 rows whose attention plan is Auto run this kernel
-  // instead of Auto's (BlockWG; Block on an FP8 cache): BASALT_CUDA_ATTN=fused|block|blockwg.
-  // Every choice gives the same bits. kernels.h's AttnKernel value (0: Auto).
+  // instead of Auto's (BlockWG; Block on an FP8 cache):
+  // BASALT_CUDA_ATTN=fused|block|blockwg|blockwgpv. Every choice gives the same bits. kernels.h's
+  // AttnKernel value (0: Auto).
   uint8_t attn_kernel = 0;
 };
 

@@ -139,11 +139,11 @@ bool attention_supports(const KernelVariant& v, const OpShape& s) {
       s.ctx != attention_ctx_bucket(s.ctx))
     return false;
   const int64_t kernel = v.param("kernel", 0);
-  if (v.params.size() > 1 || kernel < 0 || kernel > int64_t(AttnKernel::BlockWG)) return false;
-  if ((kernel == int64_t(AttnKernel::Block) || kernel == int64_t(AttnKernel::BlockWG)) && D != 64 &&
-      D != 128)
-    return false;
-  if (kernel == int64_t(AttnKernel::BlockWG) && s.dtype != "bf16") return false;
+  if (v.params.size() > 1 || kernel < 0 || kernel > int64_t(AttnKernel::BlockWGPV)) return false;
+  const bool wg =
+      kernel == int64_t(AttnKernel::BlockWG) || kernel == int64_t(AttnKernel::BlockWGPV);
+  if ((kernel == int64_t(AttnKernel::Block) || wg) && D != 64 && D != 128) return false;
+  if (wg && s.dtype != "bf16") return false;
   // The split workspace (f32 partials of every chunk of every row and head) is allocated for
   // the pass: offered while it stays moderate (Auto takes split only at T · H < 2048 anyway).
   return kernel != int64_t(AttnKernel::Split) ||
@@ -298,12 +298,14 @@ std::vector<OpKernels> kernel_registry(const KernelChoices* in_force) {
   at.doc =
       "fused (one warp walks every KV chunk of a row and head), split (a warp per chunk, then an "
       "in-order merge), block (head dims 64 / 128: fused with 4 warps sharing each chunk's K / "
-      "V copy) or blockwg (block with the scores on wgmma; bf16 cache). Same bits";
+      "V copy), blockwg (block with the scores on wgmma; bf16 cache) or blockwgpv (blockwg with "
+      "the weighted values on wgmma too). Same bits";
   at.variants = {{"auto", {}},
                  {"fused", {{"kernel", int64_t(AttnKernel::Fused)}}},
                  {"split", {{"kernel", int64_t(AttnKernel::Split)}}},
                  {"block", {{"kernel", int64_t(AttnKernel::Block)}}},
-                 {"blockwg", {{"kernel", int64_t(AttnKernel::BlockWG)}}}};
+                 {"blockwg", {{"kernel", int64_t(AttnKernel::BlockWG)}}},
+                 {"blockwgpv", {{"kernel", int64_t(AttnKernel::BlockWGPV)}}}};
   at.supports = attention_supports;
 
   OpKernels& moe = reg[3];

@@ -243,8 +243,9 @@ cudaError_t dequant_scaled(const ScaledWeight& w, int64_t row0, int64_t rows, bf
 constexpr int kAttnChunk = 64;
 // Block: the tensor-core path's fused walk with a block of warps (tiles of one KV head) sharing
 // each chunk's K / V copy; BlockWG: the same with the scores on wgmma (bf16 cache; an E4M3
-// cache runs Block); on the CUDA-core path both are Fused. Same bits as Fused.
-enum class AttnKernel : uint8_t { Auto, Fused, Split, Block, BlockWG };
+// cache runs Block); BlockWGPV: BlockWG with Σ w·v on wgmma too; on the CUDA-core path all
+// three are Fused. Same bits as Fused.
+enum class AttnKernel : uint8_t { Auto, Fused, Split, Block, BlockWG, BlockWGPV };
 struct AttnArgs {
   const float* q = nullptr;              // [T, H, D] f32 (after q-norm and RoPE)
   const bf16_bits* k = nullptr;          // cache [rows, Hkv, D] bf16; keys 0 .. pos(t) written

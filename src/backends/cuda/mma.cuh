@@ -98,6 +98,15 @@ __device__ __forceinline__ uint64_t wgmma_desc_sw128(const void* p) {
   return ((a >> 4) & 0x3fff) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) |
          (uint64_t(1) << 62);
 }
+// An MN-major B operand (N contiguous: rows of 64 N-elements, 128 bytes, one row a k) in the
+// same 128-byte swizzle: 1024-byte groups of 8 k-rows (sbo: the group stride, 1024 for a tile
+// packed this way) and lbo the stride from one 64-wide N block to the next; `p` is the
+// group-aligned start of the k16 step (2,048 bytes a step). For wgmma's trans-b form.
+__device__ __forceinline__ uint64_t wgmma_desc_sw128_mn(const void* p, uint32_t lbo) {
+  const uint64_t a = uint64_t(smem_addr(p));
+  return ((a >> 4) & 0x3fff) | (uint64_t((lbo >> 4) & 0x3fff) << 16) | (uint64_t(1024 >> 4) << 32) |
+         (uint64_t(1) << 62);
+}
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
@@ -266,6 +275,25 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, int c
 }
 __device__ __forceinline__ void tma_prefetch_map(const void* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+// D[64 × 64] (+)= A[64 × 16] · B[16 × 64] with A in registers (each warp of the warpgroup holds
+// its 16 rows as mma_bf16's A fragment: a[0..3]) and B MN-major behind a descriptor
+// (wgmma_desc_sw128_mn). acc as wgmma_bf16's.
+__device__ __forceinline__ void wgmma_bf16_rs64_tb(float (&d)[32], const uint32_t (&a)[4],
+                                                   uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+      "}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
 }
 
 }  // namespace basalt::cuda
