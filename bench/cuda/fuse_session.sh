@@ -82,14 +82,7 @@ fi
 # SERVE=1 (issue 4): `basalt serve --parallel 64` under bench/serve_load.py at STREAMS (default
 # 1,64,64: the first 64 records each pass shape's graph, the second is the figure).
 if [ "${SERVE:-0}" = 1 ]; then
-  cp $B/tok/* $M/
-  $B/basalt serve -m $M --device cuda --port 8123 --parallel 64 --max-context 4096 \
-    > "$OUT/serve.log" 2>&1 &
-  for i in $(seq 120); do
-    python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8123/health')" \
-      2> /dev/null && break
-    sleep 1
-  done
+  serve_up 8123 "$OUT/serve.log"
   step python3 bench/serve_load.py --url http://127.0.0.1:8123 --streams ${STREAMS:-1,64,64} \
     --prompt-words 400 --max-tokens 256 | tee "$OUT/serve_load.jsonl"
   kill %1; wait

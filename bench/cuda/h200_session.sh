@@ -25,26 +25,13 @@ cat "$OUT/bench_llama8b.txt"
   > "$OUT/profile_llama8b.txt" 2>&1
 [ "${SKIP_PROFILE:-0}" = 1 ] || cat "$OUT/profile_llama8b.txt"
 if [ "${SERVE:-1}" = 1 ]; then  # issue 4: the server under load (tokenizer: Llama 3's)
-  cp $B/tok/* $M/
-  $B/basalt serve -m $M --device cuda --port 8123 --parallel 64 --max-context 4096 \
-    > "$OUT/serve.log" 2>&1 &
-  for i in $(seq 120); do
-    python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8123/health')" \
-      2> /dev/null && break
-    sleep 1
-  done
+  serve_up 8123 "$OUT/serve.log"
   step python3 bench/serve_load.py --url http://127.0.0.1:8123 --streams 1,8,32,64 \
     --prompt-words 400 --max-tokens 256 --system-words 1500 | tee "$OUT/serve_load.jsonl"
   kill %1; wait
   tail -n 5 "$OUT/serve.log"
   if [ "${SERVE_PROFILE:-0}" = 1 ]; then  # the same at 64 streams with per-op kernel times
-    BASALT_CUDA_PROFILE=1 $B/basalt serve -m $M --device cuda --port 8124 --parallel 64 \
-      --max-context 4096 > "$OUT/serve_profile.log" 2>&1 &
-    for i in $(seq 120); do
-      python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8124/health')" \
-        2> /dev/null && break
-      sleep 1
-    done
+    BASALT_CUDA_PROFILE=1 serve_up 8124 "$OUT/serve_profile.log"
     python3 bench/serve_load.py --url http://127.0.0.1:8124 --streams 64 --prompt-words 400 \
       --max-tokens 128 --system-words 10 | tee -a "$OUT/serve_profile.log"
     kill %1; wait

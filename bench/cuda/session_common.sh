@@ -50,3 +50,15 @@ logits_check() {
       echo "$n DIFFER $ref vs $x"
   done
 }
+# serve_up PORT LOG: `basalt serve -m $M --parallel 64 --max-context 4096` on PORT in the
+# background (its output in LOG; the caller kills %1), back once /health answers (120 s at most).
+# Llama 3's tokenizer files go into $M first.
+serve_up() {
+  cp $B/tok/* $M/
+  $B/basalt serve -m $M --device cuda --port $1 --parallel 64 --max-context 4096 > "$2" 2>&1 &
+  for i in $(seq 120); do
+    python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$1/health')" \
+      2> /dev/null && break
+    sleep 1
+  done
+}
