@@ -1076,13 +1076,11 @@ __device__ __forceinline__ void mma_fold_wg(MmaState<D>& st, int64_t c, const Mm
     for (int i = 0; i < 32; ++i) o[i] = 0.0f;
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      wgmma_bf16_rs64_tb(o, ch.ph[kk], wgmma_desc_sw128_mn(vt + h * kNBlock + kk * 2048, kNBlock),
-                         1);
+    for (int part = 0; part < 2; ++part)  // p_hi's chain, then p_lo's
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      wgmma_bf16_rs64_tb(o, ch.pl[kk], wgmma_desc_sw128_mn(vt + h * kNBlock + kk * 2048, kNBlock),
-                         1);
+      for (int kk = 0; kk < 4; ++kk)
+        wgmma_bf16_rs64_tb(o, part ? ch.pl[kk] : ch.ph[kk],
+                           wgmma_desc_sw128_mn(vt + h * kNBlock + kk * 2048, kNBlock), 1);
     wgmma_commit();
     wgmma_wait<0>();
     // o[4j + e]: output dims 64h + 8j + 2·(lane % 4) (+ 1): acc tile 8h + j.
