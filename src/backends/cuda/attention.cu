@@ -1064,6 +1064,9 @@ struct WgSmem {
 };
 
 // st <- st ⊕ chunk c as mma_fold, Σ w·v on wgmma from V in K's layout at vt (all 4 warps).
+// An n64 product reads one 64-wide block of d, so the descriptor's block-to-block offset is never
+// used: it is given the group stride too (1,024, as the stride byte offset), which leaves the
+// result right whichever of the two offsets the hardware takes as the k-group stride.
 template <int D>
 __device__ __forceinline__ void mma_fold_wg(MmaState<D>& st, int64_t c, const MmaChunk& ch,
                                             const unsigned char* vt) {
@@ -1080,7 +1083,7 @@ __device__ __forceinline__ void mma_fold_wg(MmaState<D>& st, int64_t c, const Mm
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
         wgmma_bf16_rs64_tb(o, part ? ch.pl[kk] : ch.ph[kk],
-                           wgmma_desc_sw128_mn(vt + h * kNBlock + kk * 2048, kNBlock), 1);
+                           wgmma_desc_sw128_mn(vt + h * kNBlock + kk * 2048, 1024), 1);
     wgmma_commit();
     wgmma_wait<0>();
     // o[4j + e]: output dims 64h + 8j + 2·(lane % 4) (+ 1): acc tile 8h + j.

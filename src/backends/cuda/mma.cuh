@@ -99,9 +99,9 @@ __device__ __forceinline__ uint64_t wgmma_desc_sw128(const void* p) {
          (uint64_t(1) << 62);
 }
 // An MN-major B operand (N contiguous: rows of 64 N-elements, 128 bytes, one row a k) in the
-// same 128-byte swizzle: 1024-byte groups of 8 k-rows (sbo: the group stride, 1024 for a tile
-// packed this way) and lbo the stride from one 64-wide N block to the next; `p` is the
-// group-aligned start of the k16 step (2,048 bytes a step). For wgmma's trans-b form.
+// same 128-byte swizzle: 1024-byte groups of 8 k-rows (the stride byte offset: 1,024) and lbo
+// the stride from one 64-wide N block to the next (CUTLASS's canonical MN-major layout); `p` is
+// the group-aligned start of the k16 step (2,048 bytes a step). For wgmma's trans-b form.
 __device__ __forceinline__ uint64_t wgmma_desc_sw128_mn(const void* p, uint32_t lbo) {
   const uint64_t a = uint64_t(smem_addr(p));
   return ((a >> 4) & 0x3fff) | (uint64_t((lbo >> 4) & 0x3fff) << 16) | (uint64_t(1024 >> 4) << 32) |
