@@ -1167,7 +1167,7 @@ constexpr AttnPass kAttnPasses[] = {{1, bc::AttnKernel::Split, "decode T=1 split
                                     {1, bc::AttnKernel::BlockWGPV, "decode T=1 block wgmma pv"},
                                     {7, bc::AttnKernel::BlockWGPV, "prefill chunks of 7 wgmma pv"},
                                     {0, bc::AttnKernel::BlockWGPV, "whole prefill wgmma pv"},
-                                    {0, bc::AttnKernel::Auto, "whole prefill auto (blockwg)"},
+                                    {0, bc::AttnKernel::Auto, "whole prefill auto"},
                                     {0, bc::AttnKernel::Fused, "whole prefill fused, again"}};
 
 // Shared by the attention tests: rows r0 .. P - 1 of the whole fused prefill `whole` against
