@@ -853,6 +853,27 @@ bool bf16_tile_map(CUtensorMap* m, const void* p, int64_t rows, int64_t cols, in
              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// matmul_tma_kernel's instance for a weight of `segs` segments (the fold where several), its
+// shared memory allowed (error: that call's result). BN > 128 holds one accumulator set (128
+// registers a thread), no room for the fold: several segments give cudaErrorNotSupported.
+template <int CWG, int BN, int STAGES, bool SWIGLU>
+struct TmaKernel {
+  decltype(&matmul_tma_kernel<CWG, BN, STAGES, false, SWIGLU>) kern =
+      matmul_tma_kernel<CWG, BN, STAGES, false, SWIGLU>;
+  cudaError_t error = cudaSuccess;
+  explicit TmaKernel(int segs) {
+    using C = TmaCfg<CWG, BN, STAGES>;
+    constexpr auto kOne = matmul_tma_kernel<CWG, BN, STAGES, false, SWIGLU>;
+    if constexpr (BN > 128) {
+      error = segs > 1 ? cudaErrorNotSupported : allow_smem<kOne>(C::kSmem);
+    } else {
+      constexpr auto kFold = matmul_tma_kernel<CWG, BN, STAGES, true, SWIGLU>;
+      if (segs > 1) kern = kFold;
+      error = segs > 1 ? allow_smem<kFold>(C::kSmem) : allow_smem<kOne>(C::kSmem);
+    }
+  }
+};
+
 // cudaErrorNotSupported where the maps cannot be made or the grid does not fit (dispatch_bf16
 // then runs a cp.async tiling). Segments always fold in registers: with 64-row blocks, split-K
 // blocks measured 1.8-2.6x slower (H100, T = 64).
@@ -867,23 +888,11 @@ cudaError_t launch_tma(const bf16_bits* x, int T, const bf16_bits* w, int N, int
   if (!bf16_tile_map(&tx, x, T, K, C::kBM) || !bf16_tile_map(&tw, w, N, K, BN))
     return cudaErrorNotSupported;
   const auto [segs, seg_tiles] = seg_plan(K, kseg, C::kBK);
-  constexpr auto kOne = matmul_tma_kernel<CWG, BN, STAGES, false>;
-  if constexpr (BN > 128) {  // one accumulator set (128 registers): one-segment weights only
-    if (segs > 1) return cudaErrorNotSupported;
-    if (const cudaError_t e = allow_smem<kOne>(C::kSmem); e != cudaSuccess) return e;
-    return launch_pdl(kOne, dim3(row_blocks, col_blocks), dim3(C::kThreads), C::kSmem, s,
-                      pdl && T <= 64, tx, tw, y, T, N, K, ldy, seg_tiles, epi, tw,
-                      static_cast<bf16_bits*>(nullptr));
-  } else {
-    constexpr auto kFold = matmul_tma_kernel<CWG, BN, STAGES, true>;
-    const bool fold = segs > 1;
-    if (const cudaError_t e = fold ? allow_smem<kFold>(C::kSmem) : allow_smem<kOne>(C::kSmem);
-        e != cudaSuccess)
-      return e;
-    return launch_pdl(fold ? kFold : kOne, dim3(row_blocks, col_blocks), dim3(C::kThreads),
-                      C::kSmem, s, pdl && T <= 64, tx, tw, y, T, N, K, ldy, seg_tiles, epi, tw,
-                      static_cast<bf16_bits*>(nullptr));
-  }
+  const TmaKernel<CWG, BN, STAGES, false> k(segs);
+  if (k.error != cudaSuccess) return k.error;
+  return launch_pdl(k.kern, dim3(row_blocks, col_blocks), dim3(C::kThreads), C::kSmem, s,
+                    pdl && T <= 64, tx, tw, y, T, N, K, ldy, seg_tiles, epi, tw,
+                    static_cast<bf16_bits*>(nullptr));
 }
 
 // TileTMAP (matmul_tma_persistent_kernel): min(tiles, SMs) blocks.
@@ -922,24 +931,15 @@ cudaError_t launch_tma_swiglu(const bf16_bits* x, int T, const bf16_bits* wg, co
   const unsigned row_blocks = unsigned((T + C::kBM - 1) / C::kBM);
   const unsigned col_blocks = unsigned((F + BN / 2 - 1) / (BN / 2));
   const auto [segs, seg_tiles] = seg_plan(K, kseg, C::kBK);
-  if (col_blocks > 65535 || (BN > 128 && segs > 1)) return cudaErrorNotSupported;
+  if (col_blocks > 65535) return cudaErrorNotSupported;
   CUtensorMap tx, tg, tu;
   if (!bf16_tile_map(&tx, x, T, K, C::kBM) || !bf16_tile_map(&tg, wg, F, K, BN / 2) ||
       !bf16_tile_map(&tu, wu, F, K, BN / 2))
     return cudaErrorNotSupported;
-  constexpr auto kOne = matmul_tma_kernel<CWG, BN, STAGES, false, true>;
-  auto kern = kOne;
-  cudaError_t e;
-  if constexpr (BN <= 128) {
-    constexpr auto kFold = matmul_tma_kernel<CWG, BN, STAGES, true, true>;
-    if (segs > 1) kern = kFold;
-    e = segs > 1 ? allow_smem<kFold>(C::kSmem) : allow_smem<kOne>(C::kSmem);
-  } else {
-    e = allow_smem<kOne>(C::kSmem);
-  }
-  if (e != cudaSuccess) return e;
-  return launch_pdl(kern, dim3(row_blocks, col_blocks), dim3(C::kThreads), C::kSmem, s, T <= 64, tx,
-                    tg, static_cast<float*>(nullptr), T, F, K, ldo, seg_tiles, Epi{}, tu, out);
+  const TmaKernel<CWG, BN, STAGES, true> k(segs);
+  if (k.error != cudaSuccess) return k.error;
+  return launch_pdl(k.kern, dim3(row_blocks, col_blocks), dim3(C::kThreads), C::kSmem, s, T <= 64,
+                    tx, tg, static_cast<float*>(nullptr), T, F, K, ldo, seg_tiles, Epi{}, tu, out);
 }
 
 // The TMA decode tiling (RowsTMA, T <= 64): W in wgmma's A operand (64 weight rows a block), the
