@@ -1098,6 +1098,21 @@ void test_backend_variants() {
             throws({"matmul", "nvfp4", 9, 4096, 4096, 0, 0}, fused1) &&
             throws({"gemm", "bf16", 1, 256, 256, 0, 0}, mm.variants[0]),
         "run_variant refuses dequant for bf16, fused1 at T=9, an unknown op (basalt::Error)");
+  // BASALT_CUDA_ATTN's names are the registry's prefill attention variants; others throw.
+  bool attn_names = true;
+  for (const auto& v : at.variants)
+    if (v.name != "split")
+      attn_names &= bc::attention_kernel_named(v.name) == bc::AttnKernel(v.param("kernel", 0));
+  int attn_refused = 0;
+  for (const char* bad : {"split", "BlockWG", ""}) {
+    try {
+      bc::attention_kernel_named(bad);
+    } catch (const basalt::Error& e) {
+      attn_refused += std::string(e.what()).find("blockwgpv") != std::string::npos;
+    }
+  }
+  check(attn_names && attn_refused == 3,
+        "attention_kernel_named: the registry's prefill variants, an error naming them otherwise");
 
   // The choices in force: with kseg512 chosen for a weight shape, the passes' matmul, the
   // "matmul" run_variant and the "matmul_split" kseg512 run agree bitwise, and differ from the

@@ -907,15 +907,8 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& opt) {
   if (const char* p = std::getenv("BASALT_CUDA_PROFILE"); p && std::string(p) == "1")
     o.profile = true;
   if (const char* p = std::getenv("BASALT_CUDA_FUSE"); p && std::string(p) == "0") o.fuse = false;
-  if (const char* p = std::getenv("BASALT_CUDA_ATTN")) {
-    const std::string v = p;
-    const AttnKernel k = v == "fused"       ? AttnKernel::Fused
-                         : v == "block"     ? AttnKernel::Block
-                         : v == "blockwg"   ? AttnKernel::BlockWG
-                         : v == "blockwgpv" ? AttnKernel::BlockWGPV
-                                            : AttnKernel::Auto;
-    o.attn_kernel = static_cast<uint8_t>(k);
-  }
+  if (const char* p = std::getenv("BASALT_CUDA_ATTN"))
+    o.attn_kernel = static_cast<uint8_t>(attention_kernel_named(p));
   return std::make_unique<CudaBackend>(o);
 }
 

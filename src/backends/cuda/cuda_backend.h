@@ -26,8 +26,8 @@ struct CudaOptions {
   bool fuse = true;
   // Benchmarks: passes of more than 64 rows whose attention plan is Auto run this kernel
   // instead of Auto's (BlockWG; Block on an FP8 cache):
-  // BASALT_CUDA_ATTN=fused|block|blockwg|blockwgpv. Every choice gives the same bits. kernels.h's
-  // AttnKernel value (0: Auto).
+  // BASALT_CUDA_ATTN=auto|fused|block|blockwg|blockwgpv (another value: make_cuda_backend
+  // throws). Every choice gives the same bits. kernels.h's AttnKernel value (0: Auto).
   uint8_t attn_kernel = 0;
 };
 

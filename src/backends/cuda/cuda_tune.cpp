@@ -334,6 +334,18 @@ AttnKernel attention_plan(const KernelChoices& c, const std::string& kv, int64_t
   return AttnKernel(c.param({"attention", kv, T, H, D, Hkv, ctx}, "kernel", 0));
 }
 
+AttnKernel attention_kernel_named(const std::string& name) {
+  std::string names;
+  const std::vector<OpKernels> reg = kernel_registry(nullptr);
+  for (const KernelVariant& v : reg[2].variants) {
+    // split keeps an f32 partial of every chunk of every row: not a prefill kernel.
+    if (v.name == "split") continue;
+    if (v.name == name) return AttnKernel(v.param("kernel", 0));
+    names += names.empty() ? v.name : "|" + v.name;
+  }
+  fail("[cuda] BASALT_CUDA_ATTN={}: not a prefill attention kernel (one of {})", name, names);
+}
+
 MatmulKernel moe_plan(const KernelChoices& c, const std::string& dtype, int64_t T, int64_t F,
                       int64_t E, int64_t experts, int64_t top_k) {
   if (c.empty()) return MatmulKernel::Auto;

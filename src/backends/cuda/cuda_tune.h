@@ -48,6 +48,10 @@ MatmulPlan matmul_plan(const KernelChoices& c, const std::string& dtype, int64_t
 // or "fp8").
 AttnKernel attention_plan(const KernelChoices& c, const std::string& kv, int64_t T, int64_t H,
                           int64_t D, int64_t Hkv, int64_t ctx);
+// The prefill attention kernel a BASALT_CUDA_ATTN value names: one of the attention variants of
+// kernel_registry that run passes of more than 64 rows (auto, fused, block, blockwg, blockwgpv).
+// Throws basalt::Error naming those for any other value.
+AttnKernel attention_kernel_named(const std::string& name);
 // The routed experts' tiling for a moe pass of T rows (experts F × E, bf16), Auto where unlisted.
 MatmulKernel moe_plan(const KernelChoices& c, const std::string& dtype, int64_t T, int64_t F,
                       int64_t E, int64_t experts, int64_t top_k);
