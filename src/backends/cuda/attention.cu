@@ -1239,16 +1239,17 @@ __global__ void __launch_bounds__(32)
   });
 }
 
+// k: the kernel attention() resolved (not Auto); BlockWG / BlockWGPV run Block on an FP8 cache.
 template <int D, bool F8>
-cudaError_t launch_mma(const AttnArgs& a, cudaStream_t s, bool split, bool block, bool wg,
-                       bool pv) {
+cudaError_t launch_mma(const AttnArgs& a, cudaStream_t s, AttnKernel k) {
   const int64_t n_tiles = mma_tiles(a.T, a.H / a.Hkv);
+  const bool wg = k == AttnKernel::BlockWG || k == AttnKernel::BlockWGPV;
   cudaError_t e;
-  if ((wg || pv) && !F8) {
+  if (wg && !F8) {
     constexpr int kSmem = WgSmem<D>::kBytes;
     const int64_t n_groups = (n_tiles + kBlockTiles - 1) / kBlockTiles;
     const unsigned grid = unsigned(a.Hkv * n_groups);
-    if (pv) {
+    if (k == AttnKernel::BlockWGPV) {
       if ((e = allow_smem<attn_wg_block_kernel<D, true>>(kSmem)) != cudaSuccess) return e;
       attn_wg_block_kernel<D, true><<<grid, 32 * kBlockTiles, kSmem, s>>>(a, n_groups);
     } else {
@@ -1257,7 +1258,7 @@ cudaError_t launch_mma(const AttnArgs& a, cudaStream_t s, bool split, bool block
     }
     return cudaGetLastError();
   }
-  if (block || wg || pv) {
+  if (k == AttnKernel::Block || wg) {
     constexpr int kSmem = MmaBlockSmem<D, F8>::kBytes;
     const int64_t n_groups = (n_tiles + kBlockTiles - 1) / kBlockTiles;
     if ((e = allow_smem<attn_mma_block_kernel<D, F8>>(kSmem)) != cudaSuccess) return e;
@@ -1265,7 +1266,7 @@ cudaError_t launch_mma(const AttnArgs& a, cudaStream_t s, bool split, bool block
         <<<unsigned(a.Hkv * n_groups), 32 * kBlockTiles, kSmem, s>>>(a, n_groups);
     return cudaGetLastError();
   }
-  if (!split) {
+  if (k != AttnKernel::Split) {
     constexpr int kSmem = MmaSmem<D>::bytes(F8, 1);
     if ((e = allow_smem<attn_mma_fused_kernel<D, F8>>(kSmem)) != cudaSuccess) return e;
     attn_mma_fused_kernel<D, F8><<<unsigned(a.Hkv * n_tiles), 32, kSmem, s>>>(a, n_tiles);
@@ -1335,15 +1336,12 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t s, AttnKernel kernel) {
     // kAutoBlock: Auto would run passes of more than 64 rows that do not split (prefill) on
     // BlockWG (bf16 cache; Block on FP8): 2.0x / 3.0x Fused on a 2,048-token prompt (H100), the
     // same bits in the llama-3.1-8b logits. Off until their kernel tests have run on a GPU.
-    const bool auto_block = kAutoBlock && kernel == AttnKernel::Auto && !split && a.T > 64;
-    const bool block = kernel == AttnKernel::Block || auto_block,
-               wg = kernel == AttnKernel::BlockWG || auto_block,
-               pv = kernel == AttnKernel::BlockWGPV;
-    if (a.k8)
-      return a.D == 128 ? launch_mma<128, true>(a, s, split, block, wg, pv)
-                        : launch_mma<64, true>(a, s, split, block, wg, pv);
-    return a.D == 128 ? launch_mma<128, false>(a, s, split, block, wg, pv)
-                      : launch_mma<64, false>(a, s, split, block, wg, pv);
+    const AttnKernel k = split                        ? AttnKernel::Split
+                         : kernel != AttnKernel::Auto ? kernel
+                         : kAutoBlock && a.T > 64     ? AttnKernel::BlockWG
+                                                      : AttnKernel::Fused;
+    if (a.k8) return a.D == 128 ? launch_mma<128, true>(a, s, k) : launch_mma<64, true>(a, s, k);
+    return a.D == 128 ? launch_mma<128, false>(a, s, k) : launch_mma<64, false>(a, s, k);
   }
   // (Block and BlockWG are Fused on the CUDA-core path: one warp a row and head.)
   if (a.k8)
