@@ -1450,10 +1450,11 @@ void test_paged_attention() {
         ok &= same_bits(one.data(), got.data() + t * H * D, H * D * 2);
       }
       check(ok, "paged attention block " + std::to_string(bs) +
-                    (kern == bc::AttnKernel::Fused   ? " fused"
-                     : kern == bc::AttnKernel::Split ? " split"
-                     : kern == bc::AttnKernel::Block ? " block"
-                                                     : " block wgmma") +
+                    (kern == bc::AttnKernel::Fused     ? " fused"
+                     : kern == bc::AttnKernel::Split   ? " split"
+                     : kern == bc::AttnKernel::Block   ? " block"
+                     : kern == bc::AttnKernel::BlockWG ? " block wgmma"
+                                                       : " block wgmma pv") +
                     ": batch of 2 sequences == each row alone on a contiguous cache, bitwise");
     }
   }
