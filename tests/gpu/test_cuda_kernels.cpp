@@ -1834,6 +1834,28 @@ void test_moe(MoeShape sh) {
     we = std::max(we, double(std::fabs(gws[i] - ref_w[i]) / std::fabs(ref_w[i])));
   check(gids == ref_ids && we < 1e-5, tag + " routing: ids == ref, weights " + fmt_err(we));
 
+  // moe_matmul_swiglu == moe_matmul (gate, up) + swiglu, bitwise, on the device plan, both
+  // tilings (whichever of the two moe runs).
+  {
+    const int64_t P = T * KK, mt = bc::moe_max_tiles(P, NE);
+    Dev<int32_t> dord(P), dtl(3 * mt);
+    CK(bc::moe_plan(dids.p, P, NE, dord.p, dtl.p, mt, nullptr));
+    Dev<float> g(P * F), u(P * F);
+    Dev<uint16_t> a1(P * F), a2(P * F);
+    bool same = true;
+    for (auto kern : {bc::MatmulKernel::Rows16x32, bc::MatmulKernel::Rows16x32Deep}) {
+      a1.poison(), a2.poison();
+      CK(bc::moe_matmul(dx.p, KK, dtab.p, dtab.p + NE, F, E, g.p, u.p, dord.p, dtl.p, mt, nullptr,
+                        kern));
+      CK(bc::swiglu(g.p, u.p, a1.p, P * F, nullptr));
+      CK(bc::moe_matmul_swiglu(dx.p, KK, dtab.p, dtab.p + NE, F, E, a2.p, dord.p, dtl.p, mt,
+                               nullptr, kern));
+      const auto h1 = a1.down(), h2 = a2.down();
+      same &= same_bits(h1.data(), h2.data(), h1.size() * 2);
+    }
+    check(same, tag + " moe_matmul_swiglu == moe_matmul gate, up + swiglu, bitwise");
+  }
+
   // Each row alone.
   bool ok = true;
   for (int64_t t = 0; t < T; ++t) {
@@ -2184,6 +2206,7 @@ int main() {
   test_moe_plan();
   test_moe({1, 256, 96, 16, 4, true});
   test_moe({37, 256, 96, 16, 4, true});
+  test_moe({32, 256, 96, 128, 8, true});  // the most rows routed and planned in one launch
   test_moe({37, 256, 96, 16, 4, false});
   test_moe({37, 2048, 256, 8, 2, true});  // gate/up in 2 K segments of 1024
   test_moe({1100, 64, 32, 8, 2, false});  // two chunks of kMoeChunkRows

@@ -10,6 +10,7 @@
 // differently in different places. Nothing depends on T except which rows exist.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "backends/cuda/device_util.cuh"
@@ -320,18 +321,19 @@ __global__ void __launch_bounds__(32)
 
 // --- mixture of experts --------------------------------------------------------------------
 
-// One warp per row; shared: p [n] f32, the chosen weights [K] f32 and ids [K], taken [n] bytes.
-__global__ void __launch_bounds__(32)
-    moe_route_kernel(const float* __restrict__ logits, int n, int K, bool norm,
-                     int32_t* __restrict__ ids, float* __restrict__ weights) {
-  pdl_trigger();
-  extern __shared__ float p[];
+// Routing of one row by one warp (lane = its lane): softmax and top-K of the row's n logits l
+// into ids [K] and weights [K]. sm: the warp's shared memory, route_smem_bytes(n, K): p [n] f32,
+// the chosen weights [K] f32 and ids [K], taken [n] bytes.
+__host__ __device__ constexpr size_t route_smem_bytes(int n, int K) {
+  return (size_t(n) * 5 + size_t(K) * 8 + 15) / 16 * 16;
+}
+__device__ __forceinline__ void route_row(const float* __restrict__ l, int n, int K, bool norm,
+                                          int32_t* ids, float* weights, unsigned char* sm,
+                                          int lane) {
+  auto* p = reinterpret_cast<float*>(sm);
   float* sel_w = p + n;
   auto* sel_id = reinterpret_cast<int32_t*>(sel_w + K);
   auto* taken = reinterpret_cast<unsigned char*>(sel_id + K);
-  const int64_t t = blockIdx.x;
-  const int lane = threadIdx.x;
-  const float* l = logits + t * n;
   float m = -INFINITY;
   for (int e = lane; e < n; e += 32) m = fmaxf(m, l[e]);
 #pragma unroll
@@ -381,33 +383,40 @@ __global__ void __launch_bounds__(32)
   }
   top = __shfl_sync(0xffffffffu, top, 0);
   for (int k = lane; k < K; k += 32) {
-    ids[t * K + k] = sel_id[k];
-    weights[t * K + k] = norm ? __fdiv_rn(sel_w[k], top) : sel_w[k];
+    ids[k] = sel_id[k];
+    weights[k] = norm ? __fdiv_rn(sel_w[k], top) : sel_w[k];
   }
 }
 
-// One warp: counts per expert (shared atomics: order-free), tiles of up to 16 pairs of one
-// expert in expert order (each lane a contiguous range of experts, a warp scan for the
+// One warp per row.
+__global__ void __launch_bounds__(32)
+    moe_route_kernel(const float* __restrict__ logits, int n, int K, bool norm,
+                     int32_t* __restrict__ ids, float* __restrict__ weights) {
+  pdl_trigger();
+  extern __shared__ __align__(16) unsigned char route_smem[];
+  const int64_t t = blockIdx.x;
+  route_row(logits + t * n, n, K, norm, ids + t * K, weights + t * K, route_smem, threadIdx.x);
+}
+
+// The plan by one warp: counts per expert (shared atomics: order-free), tiles of up to 16 pairs
+// of one expert in expert order (each lane a contiguous range of experts, a warp scan for the
 // offsets), and the pairs placed stably (increasing pair index within an expert: a rank by
-// __match_any_sync per 32 pairs, ids loaded 8 groups at a time). Shared: cnt, cursor [n].
+// __match_any_sync per 32 pairs, ids loaded 8 groups at a time). Shared: cnt, cursor [n]. The
+// ids are read with plain loads: moe_route_plan_kernel writes them in the same launch.
 constexpr int kPlanGroups = 8;
 // eg[g] = the expert of pair base + 32·g + lane (-1 past P): the warp's loads issued together.
-__device__ __forceinline__ void load_id_groups(const int32_t* __restrict__ ids, int P, int base,
-                                               int lane, int (&eg)[kPlanGroups]) {
+__device__ __forceinline__ void load_id_groups(const int32_t* ids, int P, int base, int lane,
+                                               int (&eg)[kPlanGroups]) {
 #pragma unroll
   for (int g = 0; g < kPlanGroups; ++g) {
     const int q = base + 32 * g + lane;
     eg[g] = q < P ? ids[q] : -1;
   }
 }
-__global__ void __launch_bounds__(32)
-    moe_plan_kernel(const int32_t* __restrict__ ids, int P, int n, int32_t* __restrict__ order,
-                    int32_t* __restrict__ tiles, int max_tiles) {
-  pdl_trigger();
-  extern __shared__ int plan_smem[];
-  int* cnt = plan_smem;
-  int* cur = plan_smem + n;
-  const int lane = threadIdx.x;
+__device__ __forceinline__ void plan_warp(const int32_t* ids, int P, int n,
+                                          int32_t* __restrict__ order, int32_t* __restrict__ tiles,
+                                          int max_tiles, int* cnt, int lane) {
+  int* cur = cnt + n;
   for (int e = lane; e < n; e += 32) cnt[e] = 0;
   __syncwarp();
   for (int base = 0; base < P; base += 32 * kPlanGroups) {  // loads in flight together
@@ -462,6 +471,34 @@ __global__ void __launch_bounds__(32)
   }
 }
 
+__global__ void __launch_bounds__(32)
+    moe_plan_kernel(const int32_t* __restrict__ ids, int P, int n, int32_t* __restrict__ order,
+                    int32_t* __restrict__ tiles, int max_tiles) {
+  pdl_trigger();
+  extern __shared__ int plan_smem[];
+  plan_warp(ids, P, n, order, tiles, max_tiles, plan_smem, threadIdx.x);
+}
+
+// Route and plan in one launch for passes of at most kRoutePlanRows rows (decode, serving
+// batches): warp t routes row t as moe_route_kernel does, then warp 0 plans as moe_plan_kernel
+// does (the same device functions: the same ids, weights, order and tiles).
+constexpr int kRoutePlanRows = 32;
+__global__ void __launch_bounds__(32 * kRoutePlanRows)
+    moe_route_plan_kernel(const float* __restrict__ logits, int T, int n, int K, bool norm,
+                          int32_t* ids, float* __restrict__ weights, int32_t* __restrict__ order,
+                          int32_t* __restrict__ tiles, int max_tiles) {
+  pdl_trigger();
+  extern __shared__ __align__(16) unsigned char rp_smem[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const size_t per = route_smem_bytes(n, K);
+  if (warp < T)
+    route_row(logits + int64_t(warp) * n, n, K, norm, ids + int64_t(warp) * K,
+              weights + int64_t(warp) * K, rp_smem + warp * per, lane);
+  __syncthreads();  // the ids written above are visible to the block
+  if (warp == 0)
+    plan_warp(ids, T * K, n, order, tiles, max_tiles, reinterpret_cast<int*>(rp_smem), lane);
+}
+
 // out[t, i] = Σ_k w[t, k] · y[t·K + k, i], k in rank order from 0.
 __global__ void moe_combine_kernel(const float* __restrict__ y, const float* __restrict__ w,
                                    int64_t T, int64_t K, int64_t E, float* __restrict__ out) {
@@ -477,6 +514,10 @@ __global__ void moe_combine_kernel(const float* __restrict__ y, const float* __r
 }
 
 // The moe workspace of a chunk of `rows` rows, in 256-byte aligned pieces.
+// Whether moe routes and plans up to 32 rows in one launch and runs gate / up with SwiGLU in
+// one launch (moe_matmul_swiglu), or launches route, plan, moe_matmul (gate, up), swiglu.
+constexpr bool kMoeFused = true;
+
 struct MoeLayout {
   size_t ids = 0, w = 0, order = 0, tiles = 0, g = 0, up = 0, act = 0, y = 0, total = 0;
   int64_t max_tiles = 0;
@@ -493,8 +534,10 @@ struct MoeLayout {
     w = take(size_t(P) * 4);
     order = take(size_t(P) * 4);
     tiles = take(size_t(3 * max_tiles) * 4);
-    g = take(size_t(P * F) * 4);
-    up = take(size_t(P * F) * 4);
+    if (!kMoeFused) {  // moe_matmul's f32 gate and up products
+      g = take(size_t(P * F) * 4);
+      up = take(size_t(P * F) * 4);
+    }
     act = take(size_t(P * F) * 2);
     y = take(size_t(P * E) * 4);
     total = at;
@@ -586,7 +629,7 @@ cudaError_t moe_route(const float* logits, int64_t T, int64_t n_experts, int64_t
       top_k > n_experts || top_k > kMoeMaxTopK)
     return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
-  const size_t smem = size_t(n_experts) * 5 + size_t(top_k) * 8;
+  const size_t smem = route_smem_bytes(int(n_experts), int(top_k));
   moe_route_kernel<<<unsigned(T), 32, smem, s>>>(logits, int(n_experts), int(top_k), norm, ids,
                                                  weights);
   return cudaGetLastError();
@@ -618,17 +661,33 @@ cudaError_t moe(const MoeKernelArgs& a, cudaStream_t s) {
     auto* w = reinterpret_cast<float*>(ws + L.w);
     auto* order = reinterpret_cast<int32_t*>(ws + L.order);
     auto* tiles = reinterpret_cast<int32_t*>(ws + L.tiles);
-    auto* g = reinterpret_cast<float*>(ws + L.g);
-    auto* up = reinterpret_cast<float*>(ws + L.up);
     auto* act = reinterpret_cast<bf16_bits*>(ws + L.act);
     auto* y = reinterpret_cast<float*>(ws + L.y);
-    cudaError_t e =
-        moe_route(a.router + r0 * a.n_experts, rows, a.n_experts, a.top_k, a.norm_topk, ids, w, s);
-    if (e == cudaSuccess) e = moe_plan(ids, P, a.n_experts, order, tiles, L.max_tiles, s);
-    if (e == cudaSuccess)
+    // Up to 32 rows whose routing fits the default 48 KB of shared memory: one launch.
+    // (The plan's counters reuse the routing's shared memory once every row is routed.)
+    const size_t rp_smem = std::max(size_t(rows) * route_smem_bytes(int(a.n_experts), int(a.top_k)),
+                                    size_t(a.n_experts) * 8);
+    cudaError_t e = cudaSuccess;
+    if (kMoeFused && rows <= kRoutePlanRows && rp_smem <= 48 * 1024) {
+      moe_route_plan_kernel<<<1, unsigned(32 * rows), rp_smem, s>>>(
+          a.router + r0 * a.n_experts, int(rows), int(a.n_experts), int(a.top_k), a.norm_topk, ids,
+          w, order, tiles, int(L.max_tiles));
+      e = cudaGetLastError();
+    } else {
+      e = moe_route(a.router + r0 * a.n_experts, rows, a.n_experts, a.top_k, a.norm_topk, ids, w,
+                    s);
+      if (e == cudaSuccess) e = moe_plan(ids, P, a.n_experts, order, tiles, L.max_tiles, s);
+    }
+    if (e == cudaSuccess && kMoeFused)
+      e = moe_matmul_swiglu(a.x + r0 * a.E, a.top_k, a.gate, a.up, a.F, a.E, act, order, tiles,
+                            L.max_tiles, s, a.kernel);
+    if (e == cudaSuccess && !kMoeFused) {
+      auto* g = reinterpret_cast<float*>(ws + L.g);
+      auto* up = reinterpret_cast<float*>(ws + L.up);
       e = moe_matmul(a.x + r0 * a.E, a.top_k, a.gate, a.up, a.F, a.E, g, up, order, tiles,
                      L.max_tiles, s, a.kernel);
-    if (e == cudaSuccess) e = swiglu(g, up, act, P * a.F, s);
+      if (e == cudaSuccess) e = swiglu(g, up, act, P * a.F, s);
+    }
     if (e == cudaSuccess)
       e = moe_matmul(act, 1, a.down, nullptr, a.E, a.F, y, nullptr, order, tiles, L.max_tiles, s,
                      a.kernel);

@@ -336,7 +336,8 @@ cudaError_t gdn(const GdnKernelArgs& a, cudaStream_t s);
 //            renormalised by the sequential sum of the chosen p when norm_topk;
 //   plan:    one warp: the (row, rank) pairs grouped by expert (stable), cut into tiles of up to
 //            16 pairs of one expert (moe_max_tiles bounds their number by T alone);
-//   experts: moe_matmul (matmul.cu) gate and up for each tile, swiglu to bf16, moe_matmul down:
+//   experts: moe_matmul_swiglu (matmul.cu): gate and up for each tile and swiglu to bf16 in one
+//            launch, then moe_matmul down:
 //            every product is exactly matmul_bf16's chain for that expert's weight (the same
 //            bits as a T=1 matmul of the row), so a row never depends on the rows sharing its
 //            tile;
@@ -378,5 +379,11 @@ cudaError_t moe_matmul(const bf16_bits* x, int64_t row_div, const bf16_bits* con
                        const bf16_bits* const* w1, int64_t N, int64_t K, float* y0, float* y1,
                        const int32_t* order, const int32_t* tiles, int64_t max_tiles,
                        cudaStream_t s, MatmulKernel kernel = MatmulKernel::Auto);
+// act[p, :] = bf16(silu_mul(y_gate[p, :], y_up[p, :])) (swiglu's bits) for moe_matmul's y_gate,
+// y_up of w0 = gate, w1 = up, without writing them: one block runs both chains of its columns.
+cudaError_t moe_matmul_swiglu(const bf16_bits* x, int64_t row_div, const bf16_bits* const* gate,
+                              const bf16_bits* const* up, int64_t N, int64_t K, bf16_bits* act,
+                              const int32_t* order, const int32_t* tiles, int64_t max_tiles,
+                              cudaStream_t s, MatmulKernel kernel = MatmulKernel::Auto);
 
 }  // namespace basalt::cuda

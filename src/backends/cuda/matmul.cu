@@ -1121,34 +1121,46 @@ cudaError_t launch_tma_rows_any(const bf16_bits* x, int T, int n, const bf16_bit
 // (row, rank) pairs of one expert and the weight taken from that expert's pointer. Per output
 // element the chain is exactly matmul_bf16's (same mma, same fragment layout, same k order, same
 // segments and fold), so a pair's row has the bits of a T=1 matmul of that row with the
-// expert's matrix.
+// expert's matrix. SWIGLU (moe_matmul_swiglu): the block copies the gate's 32 rows and then the
+// up's 32 rows of its columns each stage, each warp runs both chains for its 8 columns (the same
+// A fragments), and writes bf16(silu_mul(gate, up)), swiglu's bits, instead of two f32 products.
 constexpr int kMoeBM = 16, kMoeBN = 32, kMoeThreads = 128;
-template <int BK, int STAGES>
+template <int BK, int STAGES, bool SWIGLU = false>
 struct MoeCfg {
   static constexpr int kLds = BK + 8;
-  static constexpr size_t kSmem = size_t(STAGES) * (kMoeBM + kMoeBN) * kLds * 2;
+  static constexpr int kWRows = SWIGLU ? 2 * kMoeBN : kMoeBN;  // weight rows a stage
+  static constexpr size_t kSmem = size_t(STAGES) * (kMoeBM + kWRows) * kLds * 2;
 };
 
-template <int kMoeBK, int kMoeStages>
+template <int kMoeBK, int kMoeStages, bool SWIGLU>
 __global__ void __launch_bounds__(kMoeThreads)
     moe_matmul_kernel(const __nv_bfloat16* __restrict__ x, int row_div,
                       const __nv_bfloat16* const* __restrict__ w0,
                       const __nv_bfloat16* const* __restrict__ w1, float* __restrict__ y0,
-                      float* __restrict__ y1, const int32_t* __restrict__ order,
-                      const int32_t* __restrict__ tiles, int max_tiles, int N, int K,
-                      int kSegTiles) {
+                      float* __restrict__ y1, bf16_bits* __restrict__ act,
+                      const int32_t* __restrict__ order, const int32_t* __restrict__ tiles,
+                      int max_tiles, int N, int K, int kSegTiles) {
   pdl_trigger();  // (launched plainly: its weights come from the plan, written by a kernel)
-  constexpr int kMoeLds = MoeCfg<kMoeBK, kMoeStages>::kLds;
+  using Cfg = MoeCfg<kMoeBK, kMoeStages, SWIGLU>;
+  constexpr int kMoeLds = Cfg::kLds, kWRows = Cfg::kWRows;
+  constexpr int kMats = SWIGLU ? 2 : 1;  // chains a warp runs: gate and up, or one
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* sa = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [STAGES][BM][kLds]
-  auto* sb = sa + kMoeStages * kMoeBM * kMoeLds;          // [STAGES][BN][kLds]
+  auto* sb = sa + kMoeStages * kMoeBM * kMoeLds;          // [STAGES][kWRows][kLds]
   __shared__ int pair_of_row[kMoeBM];
 
   const int tile = blockIdx.x;
   const int rows = tiles[2 * max_tiles + tile];
   if (rows <= 0) return;  // an unused tile (the grid is sized by T alone)
   const int expert = tiles[tile], first = tiles[max_tiles + tile];
-  const __nv_bfloat16* __restrict__ w = (blockIdx.z == 0 ? w0 : w1)[expert];
+  // Weight m of this block (SWIGLU: m = 0 gate, 1 up; else blockIdx.z picks w0 or w1).
+  const __nv_bfloat16* __restrict__ wm[kMats];
+  if constexpr (SWIGLU) {
+    wm[0] = w0[expert];
+    wm[kMats - 1] = w1[expert];
+  } else {
+    wm[0] = (blockIdx.z == 0 ? w0 : w1)[expert];
+  }
   float* __restrict__ y = blockIdx.z == 0 ? y0 : y1;
   if (threadIdx.x < kMoeBM)
     pair_of_row[threadIdx.x] = int(threadIdx.x) < rows ? order[first + threadIdx.x] : -1;
@@ -1156,7 +1168,7 @@ __global__ void __launch_bounds__(kMoeThreads)
 
   const int n0 = blockIdx.y * kMoeBN;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int wn = warp * 8;  // each warp: the 16 rows × 8 columns at wn
+  const int wn = warp * 8;  // each warp: the 16 rows × 8 columns at wn (of each matrix)
   const int KT = (K + kMoeBK - 1) / kMoeBK;
 
   // As matmul_bf16: each thread's chunks at rows cr0 + i·kStep, column ckc of every stage,
@@ -1168,7 +1180,9 @@ __global__ void __launch_bounds__(kMoeThreads)
   constexpr int kStep = kMoeThreads / kChunksRow, kWPer = kMoeBN * kChunksRow / kMoeThreads,
                 kXPer = kMoeBM * kChunksRow / kMoeThreads;
   const int cr0 = threadIdx.x / kChunksRow, ckc = (threadIdx.x % kChunksRow) * 8;
-  const __nv_bfloat16* const wsrc = w + size_t(min(n0 + cr0, N - 1)) * K + ckc;
+  const __nv_bfloat16* wsrc[kMats];
+#pragma unroll
+  for (int m = 0; m < kMats; ++m) wsrc[m] = wm[m] + size_t(min(n0 + cr0, N - 1)) * K + ckc;
   uint32_t wmask = 0;
 #pragma unroll
   for (int i = 0; i < kWPer; ++i) wmask |= uint32_t(n0 + cr0 + i * kStep < N) << i;
@@ -1191,16 +1205,23 @@ __global__ void __launch_bounds__(kMoeThreads)
       if (xmask >> i & 1u)
         cp_async16_s(dx + uint32_t(i * kStep * kMoeLds * 2), col_ok ? xsrc[i] + k0 : x,
                      col_ok ? 16 : 0);
-    const uint32_t dw = wdst + uint32_t(stage * kMoeBN * kMoeLds * 2);
 #pragma unroll
-    for (int i = 0; i < kWPer; ++i) {
-      const bool ok = col_ok && (wmask >> i & 1u);
-      cp_async16_s(dw + uint32_t(i * kStep * kMoeLds * 2),
-                   ok ? wsrc + k0 + size_t(i) * kStep * K : w, ok ? 16 : 0);
+    for (int m = 0; m < kMats; ++m) {
+      const uint32_t dw = wdst + uint32_t((stage * kWRows + m * kMoeBN) * kMoeLds * 2);
+#pragma unroll
+      for (int i = 0; i < kWPer; ++i) {
+        const bool ok = col_ok && (wmask >> i & 1u);
+        cp_async16_s(dw + uint32_t(i * kStep * kMoeLds * 2),
+                     ok ? wsrc[m] + k0 + size_t(i) * kStep * K : wm[m], ok ? 16 : 0);
+      }
     }
   };
 
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float acc[kMats][4], tot[kMats][4];
+#pragma unroll
+  for (int m = 0; m < kMats; ++m)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[m][e] = tot[m][e] = 0.0f;
 #pragma unroll
   for (int st = 0; st < kMoeStages - 1; ++st) {
     if (st < KT) load_stage(st, st);
@@ -1220,20 +1241,27 @@ __global__ void __launch_bounds__(kMoeThreads)
       load_stage((kt + kMoeStages - 1) % kMoeStages, kt + kMoeStages - 1);
     cp_async_commit();
     const __nv_bfloat16* ta = sa + (kt % kMoeStages) * kMoeBM * kMoeLds;
-    const __nv_bfloat16* tb = sb + (kt % kMoeStages) * kMoeBN * kMoeLds;
+    const __nv_bfloat16* tb = sb + (kt % kMoeStages) * kWRows * kMoeLds;
 #pragma unroll
     for (int kk = 0; kk < kMoeBK; kk += 16) {
-      uint32_t af[4], bfr[2];
+      uint32_t af[4];
       ldmatrix_x4(af, ta + (lane & 15) * kMoeLds + kk + (lane >> 4) * 8);
-      ldmatrix_x2(bfr, tb + (wn + (lane & 7)) * kMoeLds + kk + ((lane >> 3) & 1) * 8);
-      mma_bf16(acc, af, bfr[0], bfr[1]);
+#pragma unroll
+      for (int m = 0; m < kMats; ++m) {
+        uint32_t bfr[2];
+        ldmatrix_x2(bfr,
+                    tb + (m * kMoeBN + wn + (lane & 7)) * kMoeLds + kk + ((lane >> 3) & 1) * 8);
+        mma_bf16(acc[m], af, bfr[0], bfr[1]);
+      }
     }
     if (++seg_pos == kSegTiles || kt + 1 == KT) {  // end of a segment: fold, restart
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        tot[e] = seg0 ? acc[e] : __fadd_rn(tot[e], acc[e]);
-        acc[e] = 0.0f;
-      }
+      for (int m = 0; m < kMats; ++m)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          tot[m][e] = seg0 ? acc[m][e] : __fadd_rn(tot[m][e], acc[m][e]);
+          acc[m][e] = 0.0f;
+        }
       seg0 = false;
       seg_pos = 0;
     }
@@ -1242,27 +1270,37 @@ __global__ void __launch_bounds__(kMoeThreads)
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
     const int r = (lane >> 2) + (e >> 1) * 8, c = n0 + wn + (lane & 3) * 2 + (e & 1);
-    if (r < rows && c < N) y[size_t(pair_of_row[r]) * N + c] = tot[e];
+    if (r < rows && c < N) {
+      const size_t o = size_t(pair_of_row[r]) * N + c;
+      if constexpr (SWIGLU)
+        act[o] = to_bf(silu_mul(tot[0][e], tot[kMats - 1][e]));
+      else
+        y[o] = tot[0][e];
+    }
   }
 }
 
-template <int BK, int STAGES>
+template <int BK, int STAGES, bool SWIGLU>
 cudaError_t launch_moe(const bf16_bits* x, int64_t row_div, const bf16_bits* const* w0,
                        const bf16_bits* const* w1, int64_t N, int64_t K, float* y0, float* y1,
-                       const int32_t* order, const int32_t* tiles, int64_t max_tiles,
-                       cudaStream_t s) {
-  auto* kern = moe_matmul_kernel<BK, STAGES>;
-  constexpr size_t smem = MoeCfg<BK, STAGES>::kSmem;
-  if (const cudaError_t e = allow_smem<moe_matmul_kernel<BK, STAGES>>(smem); e != cudaSuccess)
+                       bf16_bits* act, const int32_t* order, const int32_t* tiles,
+                       int64_t max_tiles, cudaStream_t s) {
+  auto* kern = moe_matmul_kernel<BK, STAGES, SWIGLU>;
+  constexpr size_t smem = MoeCfg<BK, STAGES, SWIGLU>::kSmem;
+  static_assert(smem <= 227 * 1024, "a block's shared memory");
+  if (const cudaError_t e = allow_smem<moe_matmul_kernel<BK, STAGES, SWIGLU>>(smem);
+      e != cudaSuccess)
     return e;
   // matmul_bf16's segments for this weight shape, in k-stages of BK (kseg is a multiple of 256).
   const int64_t kseg = matmul_kseg(N, K);
   const int seg_tiles = seg_plan(K, kseg, BK).seg_tiles;
-  const dim3 grid(unsigned(max_tiles), unsigned((N + kMoeBN - 1) / kMoeBN), w1 ? 2u : 1u);
+  const dim3 grid(unsigned(max_tiles), unsigned((N + kMoeBN - 1) / kMoeBN),
+                  !SWIGLU && w1 ? 2u : 1u);
   kern<<<grid, kMoeThreads, smem, s>>>(reinterpret_cast<const __nv_bfloat16*>(x), int(row_div),
                                        reinterpret_cast<const __nv_bfloat16* const*>(w0),
                                        reinterpret_cast<const __nv_bfloat16* const*>(w1), y0, y1,
-                                       order, tiles, int(max_tiles), int(N), int(K), seg_tiles);
+                                       act, order, tiles, int(max_tiles), int(N), int(K),
+                                       seg_tiles);
   return cudaGetLastError();
 }
 
@@ -1411,20 +1449,44 @@ cudaError_t matmul_bf16_group(const bf16_bits* x, int64_t T, int n, const bf16_b
                                 workspace_bytes, Epi{}, true);
 }
 
+namespace {
+bool moe_matmul_args_ok(const bf16_bits* x, int64_t row_div, int64_t N, int64_t K,
+                        int64_t max_tiles) {
+  return row_div > 0 && N > 0 && K > 0 && K % 8 == 0 && N <= 0x7fffffff && K <= 0x7fffffff &&
+         max_tiles >= 0 && max_tiles <= 0x7fffffff && (N + kMoeBN - 1) / kMoeBN <= 65535 &&
+         reinterpret_cast<uintptr_t>(x) % 16 == 0;
+}
+}  // namespace
+
 cudaError_t moe_matmul(const bf16_bits* x, int64_t row_div, const bf16_bits* const* w0,
                        const bf16_bits* const* w1, int64_t N, int64_t K, float* y0, float* y1,
                        const int32_t* order, const int32_t* tiles, int64_t max_tiles,
                        cudaStream_t s, MatmulKernel kernel) {
-  if (row_div <= 0 || N <= 0 || K <= 0 || K % 8 || N > 0x7fffffff || K > 0x7fffffff ||
-      max_tiles < 0 || max_tiles > 0x7fffffff || (N + kMoeBN - 1) / kMoeBN > 65535 || !w0 || !y0 ||
-      (w1 && !y1) || reinterpret_cast<uintptr_t>(x) % 16)
+  if (!moe_matmul_args_ok(x, row_div, N, K, max_tiles) || !w0 || !y0 || (w1 && !y1))
     return cudaErrorInvalidValue;
   if (max_tiles == 0) return cudaSuccess;
   // Both tilings are the same chain, so the choice never changes a bit (Deep measured slower on
   // the H200 for T = 1 .. 2048: it is not the default).
   if (kernel == MatmulKernel::Rows16x32Deep)
-    return launch_moe<256, 6>(x, row_div, w0, w1, N, K, y0, y1, order, tiles, max_tiles, s);
-  return launch_moe<128, 4>(x, row_div, w0, w1, N, K, y0, y1, order, tiles, max_tiles, s);
+    return launch_moe<256, 6, false>(x, row_div, w0, w1, N, K, y0, y1, nullptr, order, tiles,
+                                     max_tiles, s);
+  return launch_moe<128, 4, false>(x, row_div, w0, w1, N, K, y0, y1, nullptr, order, tiles,
+                                   max_tiles, s);
+}
+
+cudaError_t moe_matmul_swiglu(const bf16_bits* x, int64_t row_div, const bf16_bits* const* gate,
+                              const bf16_bits* const* up, int64_t N, int64_t K, bf16_bits* act,
+                              const int32_t* order, const int32_t* tiles, int64_t max_tiles,
+                              cudaStream_t s, MatmulKernel kernel) {
+  if (!moe_matmul_args_ok(x, row_div, N, K, max_tiles) || !gate || !up || !act)
+    return cudaErrorInvalidValue;
+  if (max_tiles == 0) return cudaSuccess;
+  // (Deep's k-stage of 256 with 4 stages: 6 of twice the weight rows would pass 227 KB.)
+  if (kernel == MatmulKernel::Rows16x32Deep)
+    return launch_moe<256, 4, true>(x, row_div, gate, up, N, K, nullptr, nullptr, act, order, tiles,
+                                    max_tiles, s);
+  return launch_moe<128, 4, true>(x, row_div, gate, up, N, K, nullptr, nullptr, act, order, tiles,
+                                  max_tiles, s);
 }
 
 // --- scaled weights (NVFP4, FP8 E4M3): kernels.h matmul_scaled ------------------------------
