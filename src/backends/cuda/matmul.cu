@@ -1458,20 +1458,32 @@ bool moe_matmul_args_ok(const bf16_bits* x, int64_t row_div, int64_t N, int64_t 
 }
 }  // namespace
 
+namespace {
+// The tiling's instance: both give the same chain, so the choice never changes a bit (Deep
+// measured slower on the H200 for T = 1 .. 2048: it is not the default). Deep's SwiGLU form runs
+// 4 stages: 6 of twice the weight rows would pass 227 KB.
+template <bool SWIGLU>
+cudaError_t launch_moe_tiling(const bf16_bits* x, int64_t row_div, const bf16_bits* const* w0,
+                              const bf16_bits* const* w1, int64_t N, int64_t K, float* y0,
+                              float* y1, bf16_bits* act, const int32_t* order, const int32_t* tiles,
+                              int64_t max_tiles, cudaStream_t s, MatmulKernel kernel) {
+  if (max_tiles == 0) return cudaSuccess;
+  if (kernel == MatmulKernel::Rows16x32Deep)
+    return launch_moe < 256, SWIGLU ? 4 : 6,
+           SWIGLU > (x, row_div, w0, w1, N, K, y0, y1, act, order, tiles, max_tiles, s);
+  return launch_moe<128, 4, SWIGLU>(x, row_div, w0, w1, N, K, y0, y1, act, order, tiles, max_tiles,
+                                    s);
+}
+}  // namespace
+
 cudaError_t moe_matmul(const bf16_bits* x, int64_t row_div, const bf16_bits* const* w0,
                        const bf16_bits* const* w1, int64_t N, int64_t K, float* y0, float* y1,
                        const int32_t* order, const int32_t* tiles, int64_t max_tiles,
                        cudaStream_t s, MatmulKernel kernel) {
   if (!moe_matmul_args_ok(x, row_div, N, K, max_tiles) || !w0 || !y0 || (w1 && !y1))
     return cudaErrorInvalidValue;
-  if (max_tiles == 0) return cudaSuccess;
-  // Both tilings are the same chain, so the choice never changes a bit (Deep measured slower on
-  // the H200 for T = 1 .. 2048: it is not the default).
-  if (kernel == MatmulKernel::Rows16x32Deep)
-    return launch_moe<256, 6, false>(x, row_div, w0, w1, N, K, y0, y1, nullptr, order, tiles,
-                                     max_tiles, s);
-  return launch_moe<128, 4, false>(x, row_div, w0, w1, N, K, y0, y1, nullptr, order, tiles,
-                                   max_tiles, s);
+  return launch_moe_tiling<false>(x, row_div, w0, w1, N, K, y0, y1, nullptr, order, tiles,
+                                  max_tiles, s, kernel);
 }
 
 cudaError_t moe_matmul_swiglu(const bf16_bits* x, int64_t row_div, const bf16_bits* const* gate,
@@ -1480,13 +1492,8 @@ cudaError_t moe_matmul_swiglu(const bf16_bits* x, int64_t row_div, const bf16_bi
                               cudaStream_t s, MatmulKernel kernel) {
   if (!moe_matmul_args_ok(x, row_div, N, K, max_tiles) || !gate || !up || !act)
     return cudaErrorInvalidValue;
-  if (max_tiles == 0) return cudaSuccess;
-  // (Deep's k-stage of 256 with 4 stages: 6 of twice the weight rows would pass 227 KB.)
-  if (kernel == MatmulKernel::Rows16x32Deep)
-    return launch_moe<256, 4, true>(x, row_div, gate, up, N, K, nullptr, nullptr, act, order, tiles,
-                                    max_tiles, s);
-  return launch_moe<128, 4, true>(x, row_div, gate, up, N, K, nullptr, nullptr, act, order, tiles,
-                                  max_tiles, s);
+  return launch_moe_tiling<true>(x, row_div, gate, up, N, K, nullptr, nullptr, act, order, tiles,
+                                 max_tiles, s, kernel);
 }
 
 // --- scaled weights (NVFP4, FP8 E4M3): kernels.h matmul_scaled ------------------------------
