@@ -35,10 +35,10 @@ if [ "${SKIP_KERNELS:-0}" != 1 ]; then
 fi
 model_dir ${MODEL:-llama-3.1-8b}
 n=$(basename $M)
-# cfg_env CFG: the environment of a configuration. auto: the defaults (fused launches; the
-# prefill attention and gate / up + SwiGLU blocks as kAutoBlock / kAutoSwiglu256 set them);
-# fused: prefill attention on Fused; nofuse: BASALT_CUDA_FUSE=0; block / blockwg / blockwgpv:
-# those kernels.
+# cfg_env CFG: the environment of a configuration. auto: the defaults (fused launches, prefill
+# attention on BlockWGPV, one-segment gate / up + SwiGLU on 128 + 128-column blocks); fused:
+# prefill attention on Fused; nofuse: BASALT_CUDA_FUSE=0; block / blockwg / blockwgpv: those
+# kernels.
 cfg_env() {
   unset BASALT_CUDA_FUSE BASALT_CUDA_ATTN
   case $1 in

@@ -25,7 +25,7 @@ struct CudaOptions {
   // SwiGLU. Off (each op alone, for A/B measurement) with BASALT_CUDA_FUSE=0.
   bool fuse = true;
   // Benchmarks: passes of more than 64 rows whose attention plan is Auto run this kernel
-  // instead of Auto's (BlockWG; Block on an FP8 cache):
+  // instead of Auto's (BlockWGPV; Block on an FP8 cache):
   // BASALT_CUDA_ATTN=auto|fused|block|blockwg|blockwgpv (another value: make_cuda_backend
   // throws). Every choice gives the same bits. kernels.h's AttnKernel value (0: Auto).
   uint8_t attn_kernel = 0;

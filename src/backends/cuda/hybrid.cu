@@ -513,11 +513,11 @@ __global__ void moe_combine_kernel(const float* __restrict__ y, const float* __r
   }
 }
 
-// The moe workspace of a chunk of `rows` rows, in 256-byte aligned pieces.
 // Whether moe routes and plans up to 32 rows in one launch and runs gate / up with SwiGLU in
 // one launch (moe_matmul_swiglu), or launches route, plan, moe_matmul (gate, up), swiglu.
 constexpr bool kMoeFused = true;
 
+// The moe workspace of a chunk of `rows` rows, in 256-byte aligned pieces.
 struct MoeLayout {
   size_t ids = 0, w = 0, order = 0, tiles = 0, g = 0, up = 0, act = 0, y = 0, total = 0;
   int64_t max_tiles = 0;

@@ -1456,9 +1456,7 @@ bool moe_matmul_args_ok(const bf16_bits* x, int64_t row_div, int64_t N, int64_t 
          max_tiles >= 0 && max_tiles <= 0x7fffffff && (N + kMoeBN - 1) / kMoeBN <= 65535 &&
          reinterpret_cast<uintptr_t>(x) % 16 == 0;
 }
-}  // namespace
 
-namespace {
 // The tiling's instance: both give the same chain, so the choice never changes a bit (Deep
 // measured slower on the H200 for T = 1 .. 2048: it is not the default). Deep's SwiGLU form runs
 // 4 stages: 6 of twice the weight rows would pass 227 KB.
@@ -1468,9 +1466,10 @@ cudaError_t launch_moe_tiling(const bf16_bits* x, int64_t row_div, const bf16_bi
                               float* y1, bf16_bits* act, const int32_t* order, const int32_t* tiles,
                               int64_t max_tiles, cudaStream_t s, MatmulKernel kernel) {
   if (max_tiles == 0) return cudaSuccess;
+  constexpr int kDeepStages = SWIGLU ? 4 : 6;
   if (kernel == MatmulKernel::Rows16x32Deep)
-    return launch_moe < 256, SWIGLU ? 4 : 6,
-           SWIGLU > (x, row_div, w0, w1, N, K, y0, y1, act, order, tiles, max_tiles, s);
+    return launch_moe<256, kDeepStages, SWIGLU>(x, row_div, w0, w1, N, K, y0, y1, act, order, tiles,
+                                                max_tiles, s);
   return launch_moe<128, 4, SWIGLU>(x, row_div, w0, w1, N, K, y0, y1, act, order, tiles, max_tiles,
                                     s);
 }
