@@ -384,9 +384,11 @@ void test_matmul_persistent(int64_t T, int64_t N, int64_t K) {
 
 // The gate / up products with SwiGLU in their epilogue: out == swiglu(matmul_bf16(gate),
 // matmul_bf16(up)), bitwise, with the rule's segments and a recipe-style kseg (one segment and
-// several: the fold), at row counts past, at and short of a 128-row block, for each kernel the
-// call takes (Auto, TileTMA; TileTMA256, whose 128 + 128-column blocks take one-segment
-// weights and hand the others to TileTMA's).
+// several: the fold), at row counts of each decode width (1 .. 64: RowsTMA's 32 + 32-row blocks,
+// split-K with a workspace up to 16 rows, segments folded in registers without one) and past,
+// at and short of a 128-row block, for each kernel the call takes (Auto, RowsTMA up to 64 rows;
+// TileTMA; TileTMA256, whose 128 + 128-column blocks take one-segment weights and hand the others
+// to TileTMA's).
 void test_matmul_swiglu(int64_t F, int64_t K) {
   const int64_t Tmax = 300;
   auto x = rand_bf16(Tmax * K);
@@ -396,23 +398,34 @@ void test_matmul_swiglu(int64_t F, int64_t K) {
   const std::string shape = " F=" + std::to_string(F) + " K=" + std::to_string(K);
   const std::pair<bc::MatmulKernel, const char*> kernels[] = {
       {bc::MatmulKernel::Auto, "auto"},
+      {bc::MatmulKernel::RowsTMA, "rowstma"},
       {bc::MatmulKernel::TileTMA, "tiletma"},
       {bc::MatmulKernel::TileTMA256, "tiletma256"}};
   for (const auto& [kern, kname] : kernels)
     for (const int64_t ks : {int64_t(0), int64_t(512), K})
-      for (int64_t T : {65, 128, 300}) {
-        dout.poison(), dwant.poison();
-        CK(bc::matmul_bf16(dx.p, T, dg.p, F, K, yg.p, nullptr, bc::MatmulKernel::TileTMA, nullptr,
-                           0, ks));
-        CK(bc::matmul_bf16(dx.p, T, du.p, F, K, yu.p, nullptr, bc::MatmulKernel::TileTMA, nullptr,
-                           0, ks));
-        CK(bc::swiglu(yg.p, yu.p, dwant.p, T * F, nullptr));
-        CK(bc::matmul_bf16_swiglu(dx.p, T, dg.p, du.p, F, K, dout.p, nullptr, ks, kern));
-        const auto got = dout.down(), want = dwant.down();
-        check(same_bits(got.data(), want.data(), size_t(T * F) * 2),
-              std::string("matmul_bf16_swiglu ") + kname + shape + " kseg=" + std::to_string(ks) +
-                  " T=" + std::to_string(T) + " == matmul_bf16 x 2 + swiglu, bitwise");
-      }
+      for (int64_t T : {1, 5, 16, 17, 64, 65, 128, 300})
+        for (const bool with_ws : {false, true}) {
+          if (kern == bc::MatmulKernel::RowsTMA && T > 64) continue;  // NotSupported there
+          if (with_ws &&
+              (T > 16 || kern == bc::MatmulKernel::TileTMA || kern == bc::MatmulKernel::TileTMA256))
+            continue;  // no split-K for them: the workspace changes nothing
+          const size_t wsb = bc::matmul_swiglu_workspace_bytes(T, F, K, ks);
+          Dev<uint8_t> ws(with_ws ? wsb : 1);
+          if (with_ws) CK(cudaMemset(ws.p, 0, wsb));
+          dout.poison(), dwant.poison();
+          CK(bc::matmul_bf16(dx.p, T, dg.p, F, K, yg.p, nullptr, bc::MatmulKernel::TileTMA, nullptr,
+                             0, ks));
+          CK(bc::matmul_bf16(dx.p, T, du.p, F, K, yu.p, nullptr, bc::MatmulKernel::TileTMA, nullptr,
+                             0, ks));
+          CK(bc::swiglu(yg.p, yu.p, dwant.p, T * F, nullptr));
+          CK(bc::matmul_bf16_swiglu(dx.p, T, dg.p, du.p, F, K, dout.p, nullptr, ks, kern,
+                                    with_ws ? ws.p : nullptr, with_ws ? wsb : 0));
+          const auto got = dout.down(), want = dwant.down();
+          check(same_bits(got.data(), want.data(), size_t(T * F) * 2),
+                std::string("matmul_bf16_swiglu ") + kname + shape + " kseg=" + std::to_string(ks) +
+                    " T=" + std::to_string(T) + (with_ws ? " (split-K)" : "") +
+                    " == matmul_bf16 x 2 + swiglu, bitwise");
+        }
 }
 
 void test_matmul(int64_t N, int64_t K, int64_t ref_rows) {

@@ -446,29 +446,41 @@ class CudaBackend final : public Backend {
     });
     if (refused) Backend::matmul_n(x, T, n, w, y);
   }
-  // Prefill passes (T > 64) over bf16 gate / up weights whose plans leave the tiling to Auto or
-  // TileTMA / TileTMA256: one launch that applies SwiGLU in its epilogue (matmul_bf16_swiglu: the
-  // bits of the two matmuls and swiglu); anything else, and --fast-prefill, the two ops.
+  // bf16 gate / up weights whose plans leave the tiling to Auto or the fused launch's tilings
+  // (RowsTMA up to 64 rows; TileTMA / TileTMA256 above, not with --fast-prefill): one launch that
+  // applies SwiGLU in its epilogue (matmul_bf16_swiglu: the bits of the two matmuls and swiglu);
+  // anything else, the two ops.
   void matmul_swiglu(const void* x, int64_t T, const WeightRef& gate, const WeightRef& up, float* g,
                      float* u, void* out) override {
     const MatmulPlan p = choices_.empty()
                              ? MatmulPlan{}
                              : matmul_plan(choices_, kernel_dtype(gate), T, gate.rows, gate.cols);
-    const bool fuse = opt_.fuse && T > 64 && !opt_.fast_prefill && !ref::is_scaled(gate) &&
-                      !ref::is_scaled(up) && gate.rows == up.rows && gate.cols == up.cols &&
-                      (p.tiling == MatmulKernel::Auto || p.tiling == MatmulKernel::TileTMA ||
-                       p.tiling == MatmulKernel::TileTMA256) &&
+    const bool rows = T <= 64;
+    const bool fuse = opt_.fuse && T >= 1 && !ref::is_scaled(gate) && !ref::is_scaled(up) &&
+                      gate.rows == up.rows && gate.cols == up.cols &&
+                      (p.tiling == MatmulKernel::Auto ||
+                       (rows ? p.tiling == MatmulKernel::RowsTMA
+                             : !opt_.fast_prefill && (p.tiling == MatmulKernel::TileTMA ||
+                                                      p.tiling == MatmulKernel::TileTMA256))) &&
+                      (rows || !opt_.fast_prefill) &&
                       (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(gate.data) |
                        reinterpret_cast<uintptr_t>(up.data)) %
                               16 ==
                           0;
     bool refused = !fuse;
+    void* ws = nullptr;
+    size_t ws_bytes = 0;
+    if (fuse && rows) {  // split-K as matmul_n's launch (the workspace grows outside recordings)
+      const size_t need = matmul_swiglu_workspace_bytes(T, gate.rows, gate.cols, p.kseg);
+      grow_matmul_workspace(need);
+      if (need <= mm_ws_bytes_) ws = mm_ws_, ws_bytes = mm_ws_bytes_;
+    }
     if (fuse)
       op("matmul swiglu", 2 * gate.rows, gate.cols, [&] {
         const cudaError_t e = matmul_bf16_swiglu(
             static_cast<const bf16_bits*>(x), T, static_cast<const bf16_bits*>(gate.data),
             static_cast<const bf16_bits*>(up.data), gate.rows, gate.cols,
-            static_cast<bf16_bits*>(out), stream_, p.kseg, p.tiling);
+            static_cast<bf16_bits*>(out), stream_, p.kseg, p.tiling, ws, ws_bytes);
         refused = e == cudaErrorNotSupported;
         return refused ? cudaSuccess : e;
       });

@@ -140,14 +140,18 @@ cudaError_t matmul_bf16(const bf16_bits* x, int64_t T, const bf16_bits* w, int64
                         void* workspace = nullptr, size_t workspace_bytes = 0, int64_t kseg = 0);
 // out[t, f] = bf16(silu(g) · u) with g = (x · W_gateᵀ)[t, f] and u = (x · W_upᵀ)[t, f] (both
 // [F, K], segments kseg as matmul_bf16's): the bits of matmul_bf16 on each weight, then swiglu,
-// in one TMA launch that never writes g or u (prefill's gate / up). kernel: TileTMA (blocks of 64
+// in one TMA launch that never writes g or u. kernel, T > 64 (prefill): TileTMA (blocks of 64
 // gate + 64 up columns), TileTMA256 (128 + 128; one-segment weights, else TileTMA's) or Auto
-// (TileTMA256's where the weights are one segment). cudaErrorNotSupported for another kernel,
-// or where the device cannot make a tensor map: then run those three.
+// (TileTMA256's where the weights are one segment); T <= 64 (decode, serving batches): RowsTMA
+// or Auto (blocks of 32 gate + 32 up weight rows; split-K with a workspace of
+// matmul_swiglu_workspace_bytes, up to 16 rows, as matmul_bf16). cudaErrorNotSupported for
+// another kernel, or where the device cannot make a tensor map: then run those three.
+size_t matmul_swiglu_workspace_bytes(int64_t T, int64_t F, int64_t K, int64_t kseg = 0);
 cudaError_t matmul_bf16_swiglu(const bf16_bits* x, int64_t T, const bf16_bits* w_gate,
                                const bf16_bits* w_up, int64_t F, int64_t K, bf16_bits* out,
                                cudaStream_t s, int64_t kseg = 0,
-                               MatmulKernel kernel = MatmulKernel::Auto);
+                               MatmulKernel kernel = MatmulKernel::Auto, void* workspace = nullptr,
+                               size_t workspace_bytes = 0);
 // y_i = x · W_iᵀ for n <= 3 weights of the same K in one launch (the RowsTMA tiling, T <= 64:
 // q / k / v, gate / up), each with its own segments (kseg[i] as matmul_bf16's kseg; nullptr: the
 // rule) and bitwise what matmul_bf16 gives it. y[i] is [T, N[i]]. With a workspace of

@@ -973,13 +973,20 @@ struct RowsGroup {
   float* part[kMaxGroup] = {};  // split partials [segs, T, N]; nullptr: fold in registers
 };
 
-template <int NT, int STAGES, bool FOLD>
+// SWIGLU (matmul_bf16_swiglu on up to 64 rows): one weight pair, gate (tw0) and up (tw1), boxes of
+// 32 rows each stacked into the block's 64-row A operand (two 4 KB halves of whole swizzle atoms:
+// the layout of one 64-row box), so warps 0, 1 run the gate's chains and warps 2, 3 the up's for
+// the same 32 columns n0 .. (g.N[0] = F; the partials and counters index the block's 64 rows as
+// rows 64·blk + r of a virtual [64·blocks] weight). The up warps hand their results to the gate
+// warps through shared memory, which write out[t, c] = bf16(silu_mul(gate, up)) (swiglu's bits,
+// row stride g.ldy[0]) and nothing else.
+template <int NT, int STAGES, bool FOLD, bool SWIGLU = false>
 __global__ void __launch_bounds__(160, 3)
     matmul_tma_rows_kernel(const __grid_constant__ CUtensorMap tx,
                            const __grid_constant__ CUtensorMap tw0,
                            const __grid_constant__ CUtensorMap tw1,
                            const __grid_constant__ CUtensorMap tw2, const RowsGroup g, int T, int K,
-                           int* __restrict__ counters, Epi epi) {
+                           int* __restrict__ counters, Epi epi, bf16_bits* __restrict__ out) {
   using C = RowsTmaCfg<NT, STAGES>;
   // Block b: weight gi, then (segment z, 64-row block) of that weight's items. The fields are
   // read with constant indices (a dynamic index copies the struct to local memory).
@@ -1003,18 +1010,23 @@ __global__ void __launch_bounds__(160, 3)
   const TmaSmem ts = tma_block_start<STAGES, C::kStageBytes>(smem_raw, 4);
   unsigned char* const sm = ts.sm;
   const uint32_t sm_s = ts.sm_s, bars = ts.bars;
-  const int n0 = blk * 64;
+  const int n0 = blk * (SWIGLU ? 32 : 64);
   const int tid = threadIdx.x;
   const int KT_all = (K + C::kBK - 1) / C::kBK;
   const int kt0 = split ? z * seg_tiles : 0;
   const int KT = split ? min(KT_all - kt0, seg_tiles) : KT_all;
   if (tid >= 128) {  // the producer warp: W in A (the first kABytes), x in B
-    if (tid == 128)
-      tma_produce<STAGES, C::kStageBytes>(sm_s, bars,
-                                          gi == 0   ? &tw0
-                                          : gi == 1 ? &tw1
-                                                    : &tw2,
-                                          n0, 0u, &tx, 0, uint32_t(C::kABytes), kt0, KT);
+    if (tid == 128) {
+      if constexpr (SWIGLU)
+        tma_produce<STAGES, C::kStageBytes>(sm_s, bars, &tw0, n0, 0u, &tx, 0, uint32_t(C::kABytes),
+                                            kt0, KT, &tw1, uint32_t(C::kABytes / 2));
+      else
+        tma_produce<STAGES, C::kStageBytes>(sm_s, bars,
+                                            gi == 0   ? &tw0
+                                            : gi == 1 ? &tw1
+                                                      : &tw2,
+                                            n0, 0u, &tx, 0, uint32_t(C::kABytes), kt0, KT);
+    }
     return;
   }
   pdl_wait();  // y may still be read by the previous kernel
@@ -1024,18 +1036,46 @@ __global__ void __launch_bounds__(160, 3)
   tma_consume<NT, STAGES, C::kStageBytes, FOLD>(sm, bars, 0, C::kABytes, KT, seg_tiles, acc, tot,
                                                 lane);
   float* res = FOLD ? tot : acc;
-  // res[4j + e]: weight row 16·wq + lane/4 (+ 8 for e >= 2), token 8j + 2·(lane % 4) (+ 1).
+  auto sync = [] { asm volatile("bar.sync 1, 128;\n" ::: "memory"); };
+  // res[4j + e]: weight row 16·wq + lane/4 (+ 8 for e >= 2) of the block, token
+  // 8j + 2·(lane % 4) (+ 1). SWIGLU: the block's rows as virtual rows 64·blk + r.
+  const int rbase = SWIGLU ? 64 * blk : n0;
   auto each = [&](auto f) {
 #pragma unroll
     for (int j = 0; j < NT / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        f(8 * j + 2 * (lane & 3) + (e & 1), n0 + 16 * wq + (lane >> 2) + 8 * (e >> 1),
+        f(8 * j + 2 * (lane & 3) + (e & 1), rbase + 16 * wq + (lane >> 2) + 8 * (e >> 1),
           res[4 * j + e]);
   };
-  if (!FOLD && split) {
-    auto sync = [] { asm volatile("bar.sync 1, 128;\n" ::: "memory"); };
-    if (!split_k_fold(each, part, counters, T, N, sync, tid == 0, segs, z, tile)) return;
+  if (!FOLD && split)
+    if (!split_k_fold(each, part, counters, T, SWIGLU ? 64 * blocks : N, sync, tid == 0, segs, z,
+                      tile))
+      return;
+  if constexpr (SWIGLU) {
+    // The up warps' results through the stage buffers (every wgmma has completed once all four
+    // warps pass the barrier), [i][64 lanes of warps 2, 3]; the gate warp wq reads those of
+    // warp wq + 2, which hold the same (column, token) in the same positions.
+    float* xch = reinterpret_cast<float*>(sm);
+    sync();
+    if (wq >= 2) {
+#pragma unroll
+      for (int i = 0; i < NT / 2; ++i) xch[i * 64 + (wq - 2) * 32 + lane] = res[i];
+    }
+    sync();
+    if (wq >= 2) return;
+    const int ldo = g.ldy[0];
+#pragma unroll
+    for (int j = 0; j < NT / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int t = 8 * j + 2 * (lane & 3) + (e & 1);
+        const int c = n0 + 16 * wq + (lane >> 2) + 8 * (e >> 1);
+        if (t < T && c < N)
+          out[size_t(t) * ldo + c] =
+              to_bf(silu_mul(res[4 * j + e], xch[(4 * j + e) * 64 + wq * 32 + lane]));
+      }
+    return;
   }
   each([&](int t, int n, float& v) {
     if (t < T && n < N) y[size_t(t) * ldy + n] = epi.on ? __fmul_rn(epi_factor(epi, n), v) : v;
@@ -1098,7 +1138,49 @@ cudaError_t launch_tma_rows(const bf16_bits* x, int T, int n, const bf16_bits* c
       e != cudaSuccess)
     return e;
   return launch_pdl(fold ? kFold : kOne, dim3(unsigned(items)), dim3(C::kThreads), C::kSmem, s, pdl,
-                    tx, tw[0], tw[1], tw[2], g, T, K, static_cast<int*>(ws), epi);
+                    tx, tw[0], tw[1], tw[2], g, T, K, static_cast<int*>(ws), epi,
+                    static_cast<bf16_bits*>(nullptr));
+}
+
+// The split-K workspace of matmul_tma_rows_kernel's SWIGLU form: counters, then the partials of
+// the virtual weight of 64 rows a block (32 gate + 32 up columns), where the weights have segments.
+size_t rows_swiglu_workspace_bytes(int64_t T, int64_t F, int64_t K, int64_t kseg) {
+  const int64_t nv = (F + 31) / 32 * 64;
+  return group_workspace_bytes(T, 1, &nv, K, &kseg);
+}
+
+// matmul_tma_rows_kernel's SWIGLU form: gate / up [F, K] (resolved kseg), out bf16 [T, ldo].
+// Split-K as launch_tma_rows (segments, up to 16 rows, a workspace that holds every partial);
+// else segments fold in registers.
+template <int NT, int STAGES>
+cudaError_t launch_tma_rows_swiglu(const bf16_bits* x, int T, const bf16_bits* wg,
+                                   const bf16_bits* wu, int F, int K, bf16_bits* out, int ldo,
+                                   int64_t kseg, cudaStream_t s, void* ws, size_t ws_bytes) {
+  using C = RowsTmaCfg<NT, STAGES>;
+  if (T > NT) return cudaErrorNotSupported;
+  CUtensorMap tx, tg, tu;
+  if (!bf16_tile_map(&tx, x, T, K, NT) || !bf16_tile_map(&tg, wg, F, K, 32) ||
+      !bf16_tile_map(&tu, wu, F, K, 32))
+    return cudaErrorNotSupported;
+  RowsGroup g;
+  g.n = 1;
+  g.blocks[0] = (F + 31) / 32;
+  g.N[0] = F;
+  const SegPlan sp = seg_plan(K, kseg, C::kBK);
+  g.segs[0] = sp.segs, g.seg_tiles[0] = sp.seg_tiles;
+  g.ldy[0] = ldo;
+  const bool split = sp.segs > 1 && T <= 16 && g.blocks[0] <= kMaxTiles && ws &&
+                     ws_bytes >= rows_swiglu_workspace_bytes(T, F, K, kseg);
+  if (split) g.part[0] = reinterpret_cast<float*>(static_cast<char*>(ws) + counter_bytes());
+  g.item_end[0] = g.blocks[0] * (split ? sp.segs : 1);
+  constexpr auto kFold = matmul_tma_rows_kernel<NT, STAGES, true, true>;
+  constexpr auto kOne = matmul_tma_rows_kernel<NT, STAGES, false, true>;
+  const bool fold = sp.segs > 1 && !split;
+  if (const cudaError_t e = fold ? allow_smem<kFold>(C::kSmem) : allow_smem<kOne>(C::kSmem);
+      e != cudaSuccess)
+    return e;
+  return launch_pdl(fold ? kFold : kOne, dim3(unsigned(g.item_end[0])), dim3(C::kThreads), C::kSmem,
+                    s, true, tx, tg, tu, tg, g, T, K, static_cast<int*>(ws), Epi{}, out);
 }
 
 template <int STAGES>
@@ -1396,7 +1478,8 @@ cudaError_t matmul_bf16(const bf16_bits* x, int64_t T, const bf16_bits* w, int64
 
 cudaError_t matmul_bf16_swiglu(const bf16_bits* x, int64_t T, const bf16_bits* w_gate,
                                const bf16_bits* w_up, int64_t F, int64_t K, bf16_bits* out,
-                               cudaStream_t s, int64_t kseg, MatmulKernel kernel) {
+                               cudaStream_t s, int64_t kseg, MatmulKernel kernel, void* workspace,
+                               size_t workspace_bytes) {
   if (T < 0 || F <= 0 || K <= 0 || K % 8 || T > 0x7fffffff || F > 0x7fffffff || K > 0x7fffffff ||
       (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w_gate) |
        reinterpret_cast<uintptr_t>(w_up)) %
@@ -1405,6 +1488,22 @@ cudaError_t matmul_bf16_swiglu(const bf16_bits* x, int64_t T, const bf16_bits* w
   kseg = resolve_kseg(F, K, kseg);
   if (kseg <= 0) return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
+  // Up to 64 rows (decode, serving batches): RowsTMA's blocks of 32 gate + 32 up columns.
+  if (T <= 64 && (kernel == MatmulKernel::Auto || kernel == MatmulKernel::RowsTMA)) {
+    const int t = int(T), f = int(F), k = int(K);
+    if (T <= 8)
+      return launch_tma_rows_swiglu<8, 6>(x, t, w_gate, w_up, f, k, out, f, kseg, s, workspace,
+                                          workspace_bytes);
+    if (T <= 16)
+      return launch_tma_rows_swiglu<16, 6>(x, t, w_gate, w_up, f, k, out, f, kseg, s, workspace,
+                                           workspace_bytes);
+    if (T <= 32)
+      return launch_tma_rows_swiglu<32, 6>(x, t, w_gate, w_up, f, k, out, f, kseg, s, workspace,
+                                           workspace_bytes);
+    return launch_tma_rows_swiglu<64, 6>(x, t, w_gate, w_up, f, k, out, f, kseg, s, workspace,
+                                         workspace_bytes);
+  }
+  if (kernel == MatmulKernel::RowsTMA) return cudaErrorNotSupported;
   // Auto takes TileTMA256's blocks where the weights are one segment (gate / up of
   // llama-3.1-8b, H100 T = 2,048: 704 against 876 µs, 684 against 549 TFLOP/s), else TileTMA's.
   if (kernel == MatmulKernel::TileTMA256 || (kernel == MatmulKernel::Auto && kseg >= K))
@@ -1416,6 +1515,11 @@ cudaError_t matmul_bf16_swiglu(const bf16_bits* x, int64_t T, const bf16_bits* w
       kernel != MatmulKernel::TileTMA256)
     return cudaErrorNotSupported;
   return launch_tma_swiglu<128, 6>(x, int(T), w_gate, w_up, int(F), int(K), out, int(F), s, kseg);
+}
+
+size_t matmul_swiglu_workspace_bytes(int64_t T, int64_t F, int64_t K, int64_t kseg) {
+  kseg = resolve_kseg(F, K, kseg);
+  return kseg > 0 ? rows_swiglu_workspace_bytes(T, F, K, kseg) : 0;
 }
 
 size_t matmul_group_workspace_bytes(int64_t T, int n, const int64_t* N, int64_t K,
