@@ -24,6 +24,13 @@ namespace basalt::cuda {
 namespace {
 
 constexpr int kWarps = 4;  // warps per block; one warp per (t, h) or (t, h, chunk)
+// Passes of up to kPdlRows rows (decode, serving batches, verification) launch with programmatic
+// dependent launch (pdl.cuh; each kernel waits in pdl_wait() before it reads q or the cache), so
+// they start as the kernel before them ends; prefill passes launch plainly.
+constexpr int64_t kPdlRows = 64;
+bool small_pdl(bool decode_sized) {
+  return decode_sized && (pdl_small_mask() & kPdlSmallAttention);
+}
 
 __device__ __forceinline__ float bf(uint32_t b16) {
   return __uint_as_float(b16 << 16);
@@ -261,6 +268,7 @@ __host__ __forceinline__ int64_t max_pos_of(const AttnArgs& a) {
 template <int DPL, class Src>
 __global__ void __launch_bounds__(32 * kWarps) attn_fused_kernel(AttnArgs a) {
   pdl_trigger();
+  pdl_wait();
   constexpr int D = 32 * DPL;
   __shared__ float qs_all[kWarps][D];
   const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
@@ -287,6 +295,7 @@ template <int DPL, class Src>
 __global__ void __launch_bounds__(32 * kWarps)
     attn_split_chunks_kernel(AttnArgs a, int64_t max_chunks) {
   pdl_trigger();
+  pdl_wait();
   constexpr int D = 32 * DPL;
   __shared__ float qs_all[kWarps][D];
   const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
@@ -323,6 +332,7 @@ __global__ void __launch_bounds__(32 * kWarps)
 template <int D>
 __global__ void __launch_bounds__(32) attn_split_merge_kernel(AttnArgs a, int64_t max_chunks) {
   pdl_trigger();
+  pdl_wait();
   constexpr int kP = kPartFloats<D>, kStages = 4, kC = 32;  // kC: chunks a stage, one a lane
   constexpr int kW = 36;  // floats of a staged chunk: 32 dims, m, l, 2 unused
   constexpr int kSlices = D / 32;
@@ -390,8 +400,8 @@ __global__ void __launch_bounds__(32) attn_split_merge_kernel(AttnArgs a, int64_
 template <int D>
 cudaError_t launch_merge(const AttnArgs& a, cudaStream_t s, int64_t max_chunks) {
   static_assert(D % 32 == 0);
-  attn_split_merge_kernel<D><<<unsigned(a.T * a.H * (D / 32)), 32, 0, s>>>(a, max_chunks);
-  return cudaGetLastError();
+  return launch_pdl(attn_split_merge_kernel<D>, dim3(unsigned(a.T * a.H * (D / 32))), dim3(32), 0,
+                    s, small_pdl(a.T <= kPdlRows), a, max_chunks);
 }
 
 // --- The tensor-core path: D = 64 or 128, bf16 or FP8 cache -------------------------------
@@ -889,6 +899,7 @@ __device__ __forceinline__ void mma_write_out(const AttnArgs& a, const MmaTile& 
 template <int D, bool F8>
 __global__ void __launch_bounds__(32) attn_mma_fused_kernel(AttnArgs a, int64_t n_tiles) {
   pdl_trigger();
+  pdl_wait();
   extern __shared__ __align__(16) char sm_mma[];
   const MmaWarpSmem<D, F8> sm(sm_mma, 1);
   const int lane = threadIdx.x;
@@ -994,6 +1005,7 @@ template <int D, bool F8>
 __global__ void __launch_bounds__(32 * kBlockTiles)
     attn_mma_block_kernel(AttnArgs a, int64_t n_groups) {
   pdl_trigger();
+  pdl_wait();
   constexpr int kThreads = 32 * kBlockTiles;
   using L = MmaSmem<D>;
   extern __shared__ __align__(16) char sm_blk[];
@@ -1098,6 +1110,7 @@ template <int D, bool PV>
 __global__ void __launch_bounds__(32 * kBlockTiles)
     attn_wg_block_kernel(AttnArgs a, int64_t n_groups) {
   pdl_trigger();
+  pdl_wait();
   static_assert(kBlockTiles == 4, "one warpgroup");
   constexpr int kThreads = 32 * kBlockTiles, kRows = kBlockTiles * kMmaRows;
   using W = WgSmem<D>;
@@ -1202,6 +1215,7 @@ template <int D, bool F8>
 __global__ void __launch_bounds__(32)
     attn_mma_split_kernel(AttnArgs a, int64_t n_tiles, int64_t max_chunks, int64_t per) {
   pdl_trigger();
+  pdl_wait();
   extern __shared__ __align__(16) char sm_mma[];
   const MmaWarpSmem<D, F8> sm(sm_mma, 2);
   const int lane = threadIdx.x;
@@ -1269,8 +1283,8 @@ cudaError_t launch_mma(const AttnArgs& a, cudaStream_t s, AttnKernel k) {
   if (k != AttnKernel::Split) {
     constexpr int kSmem = MmaSmem<D>::bytes(F8, 1);
     if ((e = allow_smem<attn_mma_fused_kernel<D, F8>>(kSmem)) != cudaSuccess) return e;
-    attn_mma_fused_kernel<D, F8><<<unsigned(a.Hkv * n_tiles), 32, kSmem, s>>>(a, n_tiles);
-    return cudaGetLastError();
+    return launch_pdl(attn_mma_fused_kernel<D, F8>, dim3(unsigned(a.Hkv * n_tiles)), dim3(32),
+                      kSmem, s, small_pdl(a.T <= kPdlRows), a, n_tiles);
   }
   constexpr int kSmem = MmaSmem<D>::bytes(F8, 2);
   const int64_t max_chunks = n_chunks(max_pos_of(a));
@@ -1281,9 +1295,8 @@ cudaError_t launch_mma(const AttnArgs& a, cudaStream_t s, AttnKernel k) {
   const int64_t per = (items + resident - 1) / resident;
   const int64_t groups = (max_chunks + per - 1) / per;
   if ((e = allow_smem<attn_mma_split_kernel<D, F8>>(kSmem)) != cudaSuccess) return e;
-  attn_mma_split_kernel<D, F8>
-      <<<unsigned(a.Hkv * n_tiles * groups), 32, kSmem, s>>>(a, n_tiles, max_chunks, per);
-  e = cudaGetLastError();
+  e = launch_pdl(attn_mma_split_kernel<D, F8>, dim3(unsigned(a.Hkv * n_tiles * groups)), dim3(32),
+                 kSmem, s, small_pdl(a.T <= kPdlRows), a, n_tiles, max_chunks, per);
   if (e != cudaSuccess) return e;
   return launch_merge<D>(a, s, max_chunks);
 }
@@ -1292,13 +1305,14 @@ template <int DPL, class Src>
 cudaError_t launch(const AttnArgs& a, cudaStream_t s, bool split) {
   if (!split) {
     const int64_t blocks = (a.T * a.H + kWarps - 1) / kWarps;
-    attn_fused_kernel<DPL, Src><<<unsigned(blocks), 32 * kWarps, 0, s>>>(a);
-    return cudaGetLastError();
+    return launch_pdl(attn_fused_kernel<DPL, Src>, dim3(unsigned(blocks)), dim3(32 * kWarps), 0, s,
+                      small_pdl(a.T <= kPdlRows), a);
   }
   const int64_t max_chunks = n_chunks(max_pos_of(a));
   const int64_t blocks = (a.T * a.H * max_chunks + kWarps - 1) / kWarps;
-  attn_split_chunks_kernel<DPL, Src><<<unsigned(blocks), 32 * kWarps, 0, s>>>(a, max_chunks);
-  const cudaError_t e = cudaGetLastError();
+  const cudaError_t e =
+      launch_pdl(attn_split_chunks_kernel<DPL, Src>, dim3(unsigned(blocks)), dim3(32 * kWarps), 0,
+                 s, small_pdl(a.T <= kPdlRows), a, max_chunks);
   if (e != cudaSuccess) return e;
   return launch_merge<32 * DPL>(a, s, max_chunks);
 }

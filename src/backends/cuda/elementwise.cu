@@ -17,6 +17,7 @@ namespace {
 __global__ void embedding_kernel(const bf16_bits* table, int64_t V, int64_t E, const int32_t* ids,
                                  float* out) {
   pdl_trigger();
+  pdl_wait();
   const int64_t t = blockIdx.y;
   const int32_t id = ids[t];
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < E;
@@ -38,6 +39,7 @@ __global__ void __launch_bounds__(kNormThreads)
                             const float* __restrict__ w, bf16_bits* __restrict__ y, int64_t n,
                             float eps) {
   pdl_trigger();
+  pdl_wait();
   __shared__ float warp_ss[kNormThreads / 32];
   const int64_t r = blockIdx.x;
   float* xr = x + r * n;
@@ -97,6 +99,7 @@ __device__ __forceinline__ void head_rmsnorm_row(float* xr, const float* w, int6
 
 __global__ void head_rmsnorm_kernel(float* x, const float* w, int64_t rows, int64_t D, float eps) {
   pdl_trigger();
+  pdl_wait();
   const int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (r >= rows) return;  // whole warps leave together
@@ -117,6 +120,7 @@ __global__ void rope_kernel(float* x, int64_t T, int64_t heads, int64_t D, int64
                             const float* cos, const float* sin, const int32_t* pos,
                             const float* inv_freq, RopeLayout layout) {
   pdl_trigger();
+  pdl_wait();
   const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (idx >= T * heads * half) return;
   const int64_t i = idx % half, th = idx / half, t = th / heads;
@@ -132,6 +136,7 @@ __global__ void rope_kernel(float* x, int64_t T, int64_t heads, int64_t D, int64
 
 __global__ void swiglu_kernel(const float* gate, const float* up, bf16_bits* out, int64_t n) {
   pdl_trigger();
+  pdl_wait();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     out[i] = to_bf(silu_mul(gate[i], up[i]));
@@ -140,6 +145,7 @@ __global__ void swiglu_kernel(const float* gate, const float* up, bf16_bits* out
 
 __global__ void convert_kernel(const float* in, bf16_bits* out, int64_t n) {
   pdl_trigger();
+  pdl_wait();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     out[i] = to_bf(in[i]);
@@ -147,6 +153,7 @@ __global__ void convert_kernel(const float* in, bf16_bits* out, int64_t n) {
 
 __global__ void widen_kernel(const bf16_bits* in, float* out, int64_t n) {
   pdl_trigger();
+  pdl_wait();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     out[i] = bf(in[i]);
@@ -154,6 +161,7 @@ __global__ void widen_kernel(const bf16_bits* in, float* out, int64_t n) {
 
 __global__ void add_kernel(float* y, const float* x, int64_t n) {
   pdl_trigger();
+  pdl_wait();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     y[i] = __fadd_rn(y[i], x[i]);
@@ -161,6 +169,7 @@ __global__ void add_kernel(float* y, const float* x, int64_t n) {
 
 __global__ void add_bias_kernel(float* y, const float* b, int64_t T, int64_t n) {
   pdl_trigger();
+  pdl_wait();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < T * n;
        i += int64_t(gridDim.x) * blockDim.x)
     y[i] = __fadd_rn(y[i], b[i % n]);
@@ -169,6 +178,7 @@ __global__ void add_bias_kernel(float* y, const float* b, int64_t T, int64_t n) 
 __global__ void rope_angles_kernel(const int32_t* pos, const float* inv_freq, int64_t T,
                                    int64_t half, float* cos, float* sin) {
   pdl_trigger();
+  pdl_wait();
   const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (idx >= T * half) return;
   const int64_t t = idx / half, i = idx % half;
@@ -181,6 +191,7 @@ __global__ void rope_angles_kernel(const int32_t* pos, const float* inv_freq, in
 __global__ void kv_write_kernel(const float* k, const float* v, const int32_t* slots, int64_t T,
                                 int64_t row, bf16_bits* kc, bf16_bits* vc) {
   pdl_trigger();
+  pdl_wait();
   const int64_t t = blockIdx.y;
   const int64_t dst = int64_t(slots[t]) * row;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < row;
@@ -201,6 +212,7 @@ __global__ void rope_kv_write_kernel(float* q, float* k, const float* v, const i
                                      bf16_bits* kc, bf16_bits* vc, const float* q_norm,
                                      const float* k_norm, float eps) {
   pdl_trigger();
+  pdl_wait();
   const int64_t heads = H + 2 * Hkv;
   const int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
@@ -239,6 +251,7 @@ __global__ void rope_kv_write_kernel(float* q, float* k, const float* v, const i
 __global__ void kv_write_fp8_kernel(const float* k, const float* v, const int32_t* slots, int64_t T,
                                     int64_t Hkv, int64_t D, int64_t bs, uint8_t* kc, uint8_t* vc) {
   pdl_trigger();
+  pdl_wait();
   const int64_t item = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (item >= T * Hkv * 2) return;
@@ -263,6 +276,7 @@ constexpr int kArgmaxThreads = 1024;
 __global__ void __launch_bounds__(kArgmaxThreads)
     argmax_kernel(const float* __restrict__ x, int64_t n, int32_t* __restrict__ out) {
   pdl_trigger();
+  pdl_wait();
   __shared__ float sv[kArgmaxThreads];
   __shared__ int32_t si[kArgmaxThreads];
   const float* row = x + int64_t(blockIdx.x) * n;
@@ -287,6 +301,16 @@ __global__ void __launch_bounds__(kArgmaxThreads)
   if (threadIdx.x == 0) out[blockIdx.x] = si[0] < int32_t(n) ? si[0] : 0;
 }
 
+// Decode-sized passes (up to kPdlRows rows; element-wise ops up to kPdlElems values) launch with
+// programmatic dependent launch (pdl.cuh): scheduled while the kernel before them finishes, they
+// wait in pdl_wait(), so a step's chain of small kernels pays no launch gap between them. Longer
+// passes launch plainly, as the matmuls do (early blocks of a long pass take the SMs the kernel
+// before it still needs).
+constexpr int64_t kPdlRows = 64, kPdlElems = kPdlRows * 16384;
+bool small_pdl(bool decode_sized) {
+  return decode_sized && (pdl_small_mask() & kPdlSmallElementwise);
+}
+
 unsigned grid_1d(int64_t n, int threads) {
   const int64_t b = (n + threads - 1) / threads;
   return unsigned(b < 65535 * 16 ? (b > 0 ? b : 1) : 65535 * 16);
@@ -299,24 +323,24 @@ cudaError_t embedding(const bf16_bits* table, int64_t V, int64_t E, const int32_
   if (T < 0 || E <= 0 || T > 65535) return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
   const dim3 grid(unsigned((E + 255) / 256 < 64 ? (E + 255) / 256 : 64), unsigned(T));
-  embedding_kernel<<<grid, 256, 0, s>>>(table, V, E, ids, out);
-  return cudaGetLastError();
+  return launch_pdl(embedding_kernel, grid, dim3(256), 0, s, small_pdl(T <= kPdlRows), table, V, E,
+                    ids, out);
 }
 
 cudaError_t rmsnorm_residual(float* x, const float* delta, const float* w, bf16_bits* y,
                              int64_t rows, int64_t n, float eps, cudaStream_t s) {
   if (rows < 0 || n <= 0 || rows > 0x7fffffff) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
-  rmsnorm_residual_kernel<<<unsigned(rows), kNormThreads, 0, s>>>(x, delta, w, y, n, eps);
-  return cudaGetLastError();
+  return launch_pdl(rmsnorm_residual_kernel, dim3(unsigned(rows)), dim3(kNormThreads), 0, s,
+                    small_pdl(rows <= kPdlRows), x, delta, w, y, n, eps);
 }
 
 cudaError_t head_rmsnorm(float* x, const float* w, int64_t rows, int64_t D, float eps,
                          cudaStream_t s) {
   if (rows < 0 || D <= 0) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
-  head_rmsnorm_kernel<<<unsigned((rows + 7) / 8), 256, 0, s>>>(x, w, rows, D, eps);
-  return cudaGetLastError();
+  return launch_pdl(head_rmsnorm_kernel, dim3(unsigned((rows + 7) / 8)), dim3(256), 0, s,
+                    small_pdl(rows <= kPdlRows * 128), x, w, rows, D, eps);
 }
 
 cudaError_t rope(float* x, int64_t T, int64_t heads, int64_t D, int64_t rot, const float* cos,
@@ -324,9 +348,10 @@ cudaError_t rope(float* x, int64_t T, int64_t heads, int64_t D, int64_t rot, con
   if (rot <= 0 || rot % 2 || rot > D || !cos || !sin) return cudaErrorInvalidValue;
   const int64_t n = T * heads * (rot / 2);
   if (n == 0) return cudaSuccess;
-  rope_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(x, T, heads, D, rot / 2, cos, sin, nullptr,
-                                                        nullptr, layout);
-  return cudaGetLastError();
+  return launch_pdl(rope_kernel, dim3(unsigned((n + 255) / 256)), dim3(256), 0, s,
+                    small_pdl(T <= kPdlRows), x, T, heads, D, rot / 2, cos, sin,
+                    static_cast<const int32_t*>(nullptr), static_cast<const float*>(nullptr),
+                    layout);
 }
 
 cudaError_t rope_inv_freq(float* x, int64_t T, int64_t heads, int64_t D, int64_t rot,
@@ -335,16 +360,17 @@ cudaError_t rope_inv_freq(float* x, int64_t T, int64_t heads, int64_t D, int64_t
   if (rot <= 0 || rot % 2 || rot > D || !pos || !inv_freq) return cudaErrorInvalidValue;
   const int64_t n = T * heads * (rot / 2);
   if (n == 0) return cudaSuccess;
-  rope_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(x, T, heads, D, rot / 2, nullptr, nullptr,
-                                                        pos, inv_freq, layout);
-  return cudaGetLastError();
+  return launch_pdl(rope_kernel, dim3(unsigned((n + 255) / 256)), dim3(256), 0, s,
+                    small_pdl(T <= kPdlRows), x, T, heads, D, rot / 2,
+                    static_cast<const float*>(nullptr), static_cast<const float*>(nullptr), pos,
+                    inv_freq, layout);
 }
 
 cudaError_t swiglu(const float* gate, const float* up, bf16_bits* out, int64_t n, cudaStream_t s) {
   if (n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  swiglu_kernel<<<grid_1d(n, 256), 256, 0, s>>>(gate, up, out, n);
-  return cudaGetLastError();
+  return launch_pdl(swiglu_kernel, dim3(grid_1d(n, 256)), dim3(256), 0, s,
+                    small_pdl(n <= kPdlElems), gate, up, out, n);
 }
 
 cudaError_t convert_f32_bf16(const float* in, bf16_bits* out, int64_t n, cudaStream_t s) {
@@ -364,15 +390,15 @@ cudaError_t convert_bf16_f32(const bf16_bits* in, float* out, int64_t n, cudaStr
 cudaError_t argmax_rows(const float* x, int64_t rows, int64_t n, int32_t* out, cudaStream_t s) {
   if (rows < 0 || n <= 0 || n > 0x7fffffff || rows > 0x7fffffff) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
-  argmax_kernel<<<unsigned(rows), kArgmaxThreads, 0, s>>>(x, n, out);
-  return cudaGetLastError();
+  return launch_pdl(argmax_kernel, dim3(unsigned(rows)), dim3(kArgmaxThreads), 0, s,
+                    small_pdl(rows <= kPdlRows), x, n, out);
 }
 
 cudaError_t add_f32(float* y, const float* x, int64_t n, cudaStream_t s) {
   if (n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  add_kernel<<<grid_1d(n, 256), 256, 0, s>>>(y, x, n);
-  return cudaGetLastError();
+  return launch_pdl(add_kernel, dim3(grid_1d(n, 256)), dim3(256), 0, s, small_pdl(n <= kPdlElems),
+                    y, x, n);
 }
 
 cudaError_t add_bias(float* y, const float* b, int64_t T, int64_t n, cudaStream_t s) {
@@ -386,9 +412,8 @@ cudaError_t rope_angles(const int32_t* pos, const float* inv_freq, int64_t T, in
                         float* cos, float* sin, cudaStream_t s) {
   if (T < 0 || half <= 0) return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
-  rope_angles_kernel<<<unsigned((T * half + 255) / 256), 256, 0, s>>>(pos, inv_freq, T, half, cos,
-                                                                      sin);
-  return cudaGetLastError();
+  return launch_pdl(rope_angles_kernel, dim3(unsigned((T * half + 255) / 256)), dim3(256), 0, s,
+                    small_pdl(T <= kPdlRows), pos, inv_freq, T, half, cos, sin);
 }
 
 cudaError_t kv_write_fp8(const float* k, const float* v, const int32_t* slots, int64_t T,
@@ -397,9 +422,8 @@ cudaError_t kv_write_fp8(const float* k, const float* v, const int32_t* slots, i
   if (T < 0 || Hkv <= 0 || D <= 0 || D % 16 || block_size <= 0) return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
   const int64_t warps = T * Hkv * 2;
-  kv_write_fp8_kernel<<<unsigned((warps + 7) / 8), 256, 0, s>>>(k, v, slots, T, Hkv, D, block_size,
-                                                                k_cache, v_cache);
-  return cudaGetLastError();
+  return launch_pdl(kv_write_fp8_kernel, dim3(unsigned((warps + 7) / 8)), dim3(256), 0, s,
+                    small_pdl(T <= kPdlRows), k, v, slots, T, Hkv, D, block_size, k_cache, v_cache);
 }
 
 cudaError_t rope_kv_write(float* q, float* k, const float* v, const int32_t* slots, int64_t T,
@@ -412,10 +436,9 @@ cudaError_t rope_kv_write(float* q, float* k, const float* v, const int32_t* slo
     return cudaErrorInvalidValue;
   const int64_t rows = T * (H + 2 * Hkv);
   if (rows == 0) return cudaSuccess;
-  rope_kv_write_kernel<<<unsigned((rows + 7) / 8), 256, 0, s>>>(q, k, v, slots, T, H, Hkv, D,
-                                                                rot / 2, cos, sin, layout, k_cache,
-                                                                v_cache, q_norm, k_norm, eps);
-  return cudaGetLastError();
+  return launch_pdl(rope_kv_write_kernel, dim3(unsigned((rows + 7) / 8)), dim3(256), 0, s,
+                    small_pdl(T <= kPdlRows), q, k, v, slots, T, H, Hkv, D, rot / 2, cos, sin,
+                    layout, k_cache, v_cache, q_norm, k_norm, eps);
 }
 
 cudaError_t kv_write(const float* k, const float* v, const int32_t* slots, int64_t T, int64_t row,
@@ -423,8 +446,8 @@ cudaError_t kv_write(const float* k, const float* v, const int32_t* slots, int64
   if (T < 0 || row <= 0 || T > 65535) return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
   const dim3 grid(unsigned((row + 255) / 256 < 16 ? (row + 255) / 256 : 16), unsigned(T));
-  kv_write_kernel<<<grid, 256, 0, s>>>(k, v, slots, T, row, k_cache, v_cache);
-  return cudaGetLastError();
+  return launch_pdl(kv_write_kernel, grid, dim3(256), 0, s, small_pdl(T <= kPdlRows), k, v, slots,
+                    T, row, k_cache, v_cache);
 }
 
 namespace {
@@ -444,6 +467,14 @@ bool pdl_enabled() {
     return !(v && v[0] == '0');
   }();
   return on;
+}
+
+int pdl_small_mask() {
+  static const int mask = [] {
+    const char* v = std::getenv("BASALT_CUDA_PDL_SMALL");
+    return v ? std::atoi(v) : kPdlSmallDefault;
+  }();
+  return mask;
 }
 
 cudaError_t stream_delay(int64_t ns, cudaStream_t s) {

@@ -31,6 +31,13 @@ __device__ __forceinline__ float softplus_f(float x) {
   return x > 20.0f ? x : log1pf(expf(x));
 }
 
+// Passes of up to kPdlRows rows launch with programmatic dependent launch, as elementwise.cu's
+// kernels (each waits in pdl_wait() before it reads anything); longer ones plainly.
+constexpr int64_t kPdlRows = 64, kPdlElems = kPdlRows * 16384;
+bool small_pdl(bool decode_sized) {
+  return decode_sized && (pdl_small_mask() & kPdlSmallHybrid);
+}
+
 unsigned grid_1d(int64_t n, int threads) {
   const int64_t b = (n + threads - 1) / threads;
   return unsigned(b < 65535 * 16 ? (b > 0 ? b : 1) : 65535 * 16);
@@ -40,6 +47,7 @@ unsigned grid_1d(int64_t n, int threads) {
 
 __global__ void sigmoid_mul_kernel(bf16_bits* y, const float* gate, int64_t n) {
   pdl_trigger();
+  pdl_wait();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     y[i] = to_bf(__fmul_rn(bf(y[i]), sigmoid_f(gate[i])));
@@ -47,6 +55,7 @@ __global__ void sigmoid_mul_kernel(bf16_bits* y, const float* gate, int64_t n) {
 
 __global__ void gated_add_kernel(float* y, const float* x, const float* g, int64_t T, int64_t n) {
   pdl_trigger();
+  pdl_wait();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < T * n;
        i += int64_t(gridDim.x) * blockDim.x)
     y[i] = __fadd_rn(y[i], __fmul_rn(sigmoid_f(g[i / n]), x[i]));
@@ -56,6 +65,7 @@ __global__ void gated_add_kernel(float* y, const float* x, const float* g, int64
 __global__ void gated_rmsnorm_kernel(const float* x, const float* z, const float* w, bf16_bits* y,
                                      int64_t rows, int64_t n, float eps) {
   pdl_trigger();
+  pdl_wait();
   const int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (r >= rows) return;  // whole warps leave together
@@ -100,6 +110,7 @@ __global__ void __launch_bounds__(kConvThreads)
                     const int32_t* __restrict__ slots, const int32_t* __restrict__ pos,
                     const int32_t* __restrict__ snaps, int T, int C, int K) {
   pdl_trigger();
+  pdl_wait();
   const int t0 = blockIdx.y;
   if (!run_start(slots, t0)) return;
   const int t_end = run_end(slots, t0, T, threadIdx.x & 31);  // whole warps: before any exit
@@ -169,6 +180,7 @@ __global__ void gdn_prepare_kernel(float* __restrict__ u, float* __restrict__ ga
                                    const float* __restrict__ dt_bias, int64_t T, int64_t C,
                                    int64_t Hk, int64_t Hv, int64_t Dk) {
   pdl_trigger();
+  pdl_wait();
   const int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   const int64_t norm_warps = T * 2 * Hk;
@@ -211,6 +223,7 @@ __global__ void __launch_bounds__(32)
                          const int32_t* __restrict__ slots, const int32_t* __restrict__ pos,
                          const int32_t* __restrict__ snaps, int T, int Hk, int Hv, int Dk, int Dv) {
   pdl_trigger();
+  pdl_wait();
   constexpr int NPL = DKMAX / LPC;  // state rows per lane
   constexpr int COLS = 32 / LPC;    // value columns per warp
   constexpr int NQ = DKMAX / 32;    // q/k elements each lane loads per row
@@ -393,6 +406,7 @@ __global__ void __launch_bounds__(32)
     moe_route_kernel(const float* __restrict__ logits, int n, int K, bool norm,
                      int32_t* __restrict__ ids, float* __restrict__ weights) {
   pdl_trigger();
+  pdl_wait();
   extern __shared__ __align__(16) unsigned char route_smem[];
   const int64_t t = blockIdx.x;
   route_row(logits + t * n, n, K, norm, ids + t * K, weights + t * K, route_smem, threadIdx.x);
@@ -475,6 +489,7 @@ __global__ void __launch_bounds__(32)
     moe_plan_kernel(const int32_t* __restrict__ ids, int P, int n, int32_t* __restrict__ order,
                     int32_t* __restrict__ tiles, int max_tiles) {
   pdl_trigger();
+  pdl_wait();
   extern __shared__ int plan_smem[];
   plan_warp(ids, P, n, order, tiles, max_tiles, plan_smem, threadIdx.x);
 }
@@ -488,6 +503,7 @@ __global__ void __launch_bounds__(32 * kRoutePlanRows)
                           int32_t* ids, float* __restrict__ weights, int32_t* __restrict__ order,
                           int32_t* __restrict__ tiles, int max_tiles) {
   pdl_trigger();
+  pdl_wait();
   extern __shared__ __align__(16) unsigned char rp_smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const size_t per = route_smem_bytes(n, K);
@@ -503,6 +519,7 @@ __global__ void __launch_bounds__(32 * kRoutePlanRows)
 __global__ void moe_combine_kernel(const float* __restrict__ y, const float* __restrict__ w,
                                    int64_t T, int64_t K, int64_t E, float* __restrict__ out) {
   pdl_trigger();
+  pdl_wait();
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < T * E;
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = idx / E, i = idx % E;
@@ -549,24 +566,24 @@ struct MoeLayout {
 cudaError_t sigmoid_mul(bf16_bits* y, const float* gate, int64_t n, cudaStream_t s) {
   if (n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  sigmoid_mul_kernel<<<grid_1d(n, 256), 256, 0, s>>>(y, gate, n);
-  return cudaGetLastError();
+  return launch_pdl(sigmoid_mul_kernel, dim3(grid_1d(n, 256)), dim3(256), 0, s,
+                    small_pdl(n <= kPdlElems), y, gate, n);
 }
 
 cudaError_t gated_add(float* y, const float* x, const float* g, int64_t T, int64_t n,
                       cudaStream_t s) {
   if (T < 0 || n <= 0) return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
-  gated_add_kernel<<<grid_1d(T * n, 256), 256, 0, s>>>(y, x, g, T, n);
-  return cudaGetLastError();
+  return launch_pdl(gated_add_kernel, dim3(grid_1d(T * n, 256)), dim3(256), 0, s,
+                    small_pdl(T <= kPdlRows), y, x, g, T, n);
 }
 
 cudaError_t gated_rmsnorm(const float* x, const float* z, const float* w, bf16_bits* y,
                           int64_t rows, int64_t n, float eps, cudaStream_t s) {
   if (rows < 0 || n <= 0 || (rows + 7) / 8 > 0x7fffffff) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
-  gated_rmsnorm_kernel<<<unsigned((rows + 7) / 8), 256, 0, s>>>(x, z, w, y, rows, n, eps);
-  return cudaGetLastError();
+  return launch_pdl(gated_rmsnorm_kernel, dim3(unsigned((rows + 7) / 8)), dim3(256), 0, s,
+                    small_pdl(rows <= kPdlRows * 64), x, z, w, y, rows, n, eps);
 }
 
 size_t gdn_scratch_floats(int64_t T, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv) {
@@ -583,21 +600,22 @@ cudaError_t gdn(const GdnKernelArgs& a, cudaStream_t s) {
     return cudaErrorInvalidValue;
   if (a.T == 0) return cudaSuccess;
   const unsigned T = unsigned(a.T);
-  gdn_conv_kernel<<<dim3(unsigned((C + kConvThreads - 1) / kConvThreads), T), kConvThreads, 0, s>>>(
-      a.qkv, a.conv_w, a.conv_state, a.u, a.slots, a.pos, a.snaps, int(a.T), int(C), int(a.K));
-  cudaError_t e = cudaGetLastError();
+  const bool pdl = small_pdl(a.T <= kPdlRows);
+  cudaError_t e =
+      launch_pdl(gdn_conv_kernel, dim3(unsigned((C + kConvThreads - 1) / kConvThreads), T),
+                 dim3(kConvThreads), 0, s, pdl, a.qkv, a.conv_w, a.conv_state, a.u, a.slots, a.pos,
+                 a.snaps, int(a.T), int(C), int(a.K));
   if (e != cudaSuccess) return e;
   float* gates = a.u + a.T * C;
   const int64_t warps = a.T * 2 * a.Hk + (a.T * a.Hv + 31) / 32;
-  gdn_prepare_kernel<<<unsigned((warps + 7) / 8), 256, 0, s>>>(a.u, gates, a.b, a.a, a.A_log,
-                                                               a.dt_bias, a.T, C, a.Hk, a.Hv, a.Dk);
-  e = cudaGetLastError();
+  e = launch_pdl(gdn_prepare_kernel, dim3(unsigned((warps + 7) / 8)), dim3(256), 0, s, pdl, a.u,
+                 gates, a.b, a.a, a.A_log, a.dt_bias, a.T, C, a.Hk, a.Hv, a.Dk);
   if (e != cudaSuccess) return e;
   const dim3 grid(unsigned(a.Hv * ((a.Dv + kGdnCols - 1) / kGdnCols)), T);
   const int Tn = int(a.T), Hk = int(a.Hk), Hv = int(a.Hv), Dk = int(a.Dk), Dv = int(a.Dv);
   auto launch = [&](auto kernel) {
-    kernel<<<grid, 32, 0, s>>>(a.u, gates, a.rec_state, a.out, a.slots, a.pos, a.snaps, Tn, Hk, Hv,
-                               Dk, Dv);
+    e = launch_pdl(kernel, grid, dim3(32), 0, s, pdl, a.u, static_cast<const float*>(gates),
+                   a.rec_state, a.out, a.slots, a.pos, a.snaps, Tn, Hk, Hv, Dk, Dv);
   };
   constexpr int L = kGdnLanesPerCol;
   if (a.Dk == 128)
@@ -610,7 +628,7 @@ cudaError_t gdn(const GdnKernelArgs& a, cudaStream_t s) {
     launch(gdn_recurrent_kernel<64, L, false>);
   else
     launch(gdn_recurrent_kernel<128, L, false>);
-  return cudaGetLastError();
+  return e;
 }
 
 int64_t moe_max_tiles(int64_t pairs, int64_t n_experts) {
@@ -630,9 +648,9 @@ cudaError_t moe_route(const float* logits, int64_t T, int64_t n_experts, int64_t
     return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
   const size_t smem = route_smem_bytes(int(n_experts), int(top_k));
-  moe_route_kernel<<<unsigned(T), 32, smem, s>>>(logits, int(n_experts), int(top_k), norm, ids,
-                                                 weights);
-  return cudaGetLastError();
+  return launch_pdl(moe_route_kernel, dim3(unsigned(T)), dim3(32), smem, s,
+                    small_pdl(T <= kPdlRows), logits, int(n_experts), int(top_k), norm, ids,
+                    weights);
 }
 
 cudaError_t moe_plan(const int32_t* ids, int64_t pairs, int64_t n_experts, int32_t* order,
@@ -641,9 +659,9 @@ cudaError_t moe_plan(const int32_t* ids, int64_t pairs, int64_t n_experts, int32
       max_tiles < moe_max_tiles(pairs, n_experts) || max_tiles > 0x7fffffff)
     return cudaErrorInvalidValue;
   if (max_tiles == 0) return cudaSuccess;
-  moe_plan_kernel<<<1, 32, size_t(n_experts) * 8, s>>>(ids, int(pairs), int(n_experts), order,
-                                                       tiles, int(max_tiles));
-  return cudaGetLastError();
+  return launch_pdl(moe_plan_kernel, dim3(1), dim3(32), size_t(n_experts) * 8, s,
+                    small_pdl(pairs <= kPdlRows * kMoeMaxTopK), ids, int(pairs), int(n_experts),
+                    order, tiles, int(max_tiles));
 }
 
 cudaError_t moe(const MoeKernelArgs& a, cudaStream_t s) {
@@ -669,10 +687,9 @@ cudaError_t moe(const MoeKernelArgs& a, cudaStream_t s) {
                                     size_t(a.n_experts) * 8);
     cudaError_t e = cudaSuccess;
     if (kMoeFused && rows <= kRoutePlanRows && rp_smem <= 48 * 1024) {
-      moe_route_plan_kernel<<<1, unsigned(32 * rows), rp_smem, s>>>(
-          a.router + r0 * a.n_experts, int(rows), int(a.n_experts), int(a.top_k), a.norm_topk, ids,
-          w, order, tiles, int(L.max_tiles));
-      e = cudaGetLastError();
+      e = launch_pdl(moe_route_plan_kernel, dim3(1), dim3(unsigned(32 * rows)), rp_smem, s,
+                     small_pdl(true), a.router + r0 * a.n_experts, int(rows), int(a.n_experts),
+                     int(a.top_k), a.norm_topk, ids, w, order, tiles, int(L.max_tiles));
     } else {
       e = moe_route(a.router + r0 * a.n_experts, rows, a.n_experts, a.top_k, a.norm_topk, ids, w,
                     s);
@@ -692,9 +709,9 @@ cudaError_t moe(const MoeKernelArgs& a, cudaStream_t s) {
       e = moe_matmul(act, 1, a.down, nullptr, a.E, a.F, y, nullptr, order, tiles, L.max_tiles, s,
                      a.kernel);
     if (e == cudaSuccess) {
-      moe_combine_kernel<<<grid_1d(rows * a.E, 256), 256, 0, s>>>(y, w, rows, a.top_k, a.E,
-                                                                  a.out + r0 * a.E);
-      e = cudaGetLastError();
+      e = launch_pdl(moe_combine_kernel, dim3(grid_1d(rows * a.E, 256)), dim3(256), 0, s,
+                     small_pdl(rows <= kPdlRows), static_cast<const float*>(y),
+                     static_cast<const float*>(w), rows, a.top_k, a.E, a.out + r0 * a.E);
     }
     if (e != cudaSuccess) return e;
   }

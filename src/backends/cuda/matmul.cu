@@ -1222,7 +1222,9 @@ __global__ void __launch_bounds__(kMoeThreads)
                       float* __restrict__ y1, bf16_bits* __restrict__ act,
                       const int32_t* __restrict__ order, const int32_t* __restrict__ tiles,
                       int max_tiles, int N, int K, int kSegTiles) {
-  pdl_trigger();  // (launched plainly: its weights come from the plan, written by a kernel)
+  // Its weights come from the plan, written by a kernel: nothing is read before pdl_wait().
+  pdl_trigger();
+  pdl_wait();
   using Cfg = MoeCfg<kMoeBK, kMoeStages, SWIGLU>;
   constexpr int kMoeLds = Cfg::kLds, kWRows = Cfg::kWRows;
   constexpr int kMats = SWIGLU ? 2 : 1;  // chains a warp runs: gate and up, or one
@@ -1378,12 +1380,13 @@ cudaError_t launch_moe(const bf16_bits* x, int64_t row_div, const bf16_bits* con
   const int seg_tiles = seg_plan(K, kseg, BK).seg_tiles;
   const dim3 grid(unsigned(max_tiles), unsigned((N + kMoeBN - 1) / kMoeBN),
                   !SWIGLU && w1 ? 2u : 1u);
-  kern<<<grid, kMoeThreads, smem, s>>>(reinterpret_cast<const __nv_bfloat16*>(x), int(row_div),
-                                       reinterpret_cast<const __nv_bfloat16* const*>(w0),
-                                       reinterpret_cast<const __nv_bfloat16* const*>(w1), y0, y1,
-                                       act, order, tiles, int(max_tiles), int(N), int(K),
-                                       seg_tiles);
-  return cudaGetLastError();
+  // Decode-sized plans launch with PDL (the kernel is resident when the plan's kernel ends).
+  return launch_pdl(kern, grid, dim3(kMoeThreads), smem, s,
+                    max_tiles <= 256 && (pdl_small_mask() & kPdlSmallMoeMatmul),
+                    reinterpret_cast<const __nv_bfloat16*>(x), int(row_div),
+                    reinterpret_cast<const __nv_bfloat16* const*>(w0),
+                    reinterpret_cast<const __nv_bfloat16* const*>(w1), y0, y1, act, order, tiles,
+                    int(max_tiles), int(N), int(K), seg_tiles);
 }
 
 // A tiling choice only: every variant gives the same bits (tests/gpu). Measured

@@ -28,6 +28,15 @@ __device__ __forceinline__ void pdl_trigger() {
 
 bool pdl_enabled();  // elementwise.cu: BASALT_CUDA_PDL, read once (default on)
 
+// Which classes of small kernels (decode-sized passes) launch with the attribute, beyond the
+// matmuls: BASALT_CUDA_PDL_SMALL, a mask of these bits, read once (benchmarks).
+constexpr int kPdlSmallElementwise = 1;  // elementwise.cu: norms, RoPE / KV write, swiglu, ...
+constexpr int kPdlSmallAttention = 2;    // attention.cu
+constexpr int kPdlSmallHybrid = 4;       // hybrid.cu: GDN, MoE routing / plan / combine
+constexpr int kPdlSmallMoeMatmul = 8;    // moe_matmul (matmul.cu)
+constexpr int kPdlSmallDefault = 0;  // measured: none pays (docs/cuda.md)
+int pdl_small_mask();
+
 // allow = false launches plainly, e.g. a matmul whose "weight" a kernel has just written (the
 // dequantised scratch of a scaled weight): its early reads would see the old contents.
 template <typename... P, typename... A>
