@@ -1253,6 +1253,108 @@ __global__ void __launch_bounds__(32)
   });
 }
 
+// Split over the 4 warps of a block (passes whose rows see up to g_split4_max_chunks chunks):
+// block (KV head, tile, chunk c) computes the partial of chunk c for the tile's rows that
+// attn_mma_split_kernel's warp computes, with the work spread: the 128 threads copy K and V, warp
+// w runs the S chains of key tiles 2w, 2w + 1 (mma_chunk_weights' chains for those tiles), the
+// raw scores go through shared memory so that every warp runs mma_chunk_softmax on the chunk's
+// whole score tile (the same inputs: the same m, l and weights), and warp w runs Σ w·v
+// (mma_chunk_values) for its quarter of the output dims. The same partials, bit for bit; a
+// warp's serial instruction stream, which set the split kernel's time at short contexts
+// (H100, ncu: 2,600 instructions a warp at 4.4 cycles each, one warp an SM), is a quarter as long.
+int64_t g_split4_max_chunks = 64;  // set_attention_split4_max_chunks (tests, benchmarks)
+template <int D, bool F8>
+struct Split4Smem {
+  using L = MmaSmem<D>;
+  static constexpr int kBufOff = L::kQBytes;
+  static constexpr int kScoreOff = L::kQBytes + L::buf_bytes(F8) + (F8 ? L::kTileBytes : 0);
+  static constexpr int kBytes = kScoreOff + 8 * 32 * 16;  // [8 key tiles][32 lanes] float4
+};
+
+template <int D, bool F8>
+__global__ void __launch_bounds__(128)
+    attn_mma_split4_kernel(AttnArgs a, int64_t n_tiles, int64_t max_chunks) {
+  pdl_trigger();
+  pdl_wait();
+  using S4 = Split4Smem<D, F8>;
+  extern __shared__ __align__(16) char sm4[];
+  const MmaWarpSmem<D, F8> sm(sm4, sm4 + S4::kBufOff, 1);
+  float4* const scores = reinterpret_cast<float4*>(sm4 + S4::kScoreOff);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int64_t c = blockIdx.x % max_chunks, ht = blockIdx.x / max_chunks;
+  const MmaTile m = mma_tile(a, ht / n_tiles, ht % n_tiles, lane);
+  bool q_loaded = false;
+  const int cq = 2 * (lane & 3);
+  // (Every warp computes the same tile, runs and lasts: the control flow is the block's.)
+  mma_runs(m, lane, [&](uint32_t run, int64_t t_run, int last) {
+    if (c > last / kAttnChunk) return;
+    const int64_t nl = last - c * kAttnChunk + 1;
+    __syncthreads();  // a previous run's tiles and scores are no longer read
+    mma_issue_kv<D, F8, 128>(a, m, t_run, c * kAttnChunk, int(nl < kAttnChunk ? nl : kAttnChunk),
+                             sm, 0, tid);
+    if (!q_loaded) {
+      if (warp == 0) mma_load_q<D>(a, m, sm.qs, lane);
+      q_loaded = true;
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    if constexpr (F8) {
+      mma_widen_kv<D, 128>(sm, 0, tid);
+      __syncthreads();
+    }
+    // Key tiles 2w, 2w + 1: q_hi's chain over D continued by q_lo's, as mma_chunk_weights.
+    float s2[2][4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s2[i][e] = 0.0f;
+#pragma unroll
+    for (int part = 0; part < 2; ++part) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t af[4], bk[4];
+        ldmatrix_x4(af,
+                    sm.qs + part * kMmaRows * D + MmaSmem<D>::at(lane & 15, 2 * kk + (lane >> 4)));
+        ldmatrix_x4(bk, sm.ks(0) + MmaSmem<D>::at(16 * warp + (lane & 7) + ((lane >> 4) << 3),
+                                                  2 * kk + ((lane >> 3) & 1)));
+        mma_bf16(s2[0], af, bk[0], bk[1]);
+        mma_bf16(s2[1], af, bk[2], bk[3]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+      scores[(2 * warp + i) * 32 + lane] = make_float4(s2[i][0], s2[i][1], s2[i][2], s2[i][3]);
+    __syncthreads();
+    float s[8][4];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const float4 v = scores[nt * 32 + lane];
+      s[nt][0] = v.x, s[nt][1] = v.y, s[nt][2] = v.z, s[nt][3] = v.w;
+    }
+    MmaChunk ch;
+    mma_row_keys(m, run, c * kAttnChunk, lane, ch.n);
+    mma_chunk_softmax<F8>(s, ch.n, a.scale, F8 ? sm.ksc(0) : nullptr, F8 ? sm.vsc(0) : nullptr,
+                          lane, ch.m, ch.l, ch.ph, ch.pl);
+    constexpr int kDpPerWarp = D / 16 / 4;
+#pragma unroll
+    for (int i = 0; i < kDpPerWarp; ++i) {
+      const int dp = warp * kDpPerWarp + i;
+      float o[2][4];
+      mma_chunk_values<D>(sm.vs(0), ch.ph, ch.pl, dp, lane, o);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        if (ch.n[half] == 0) continue;
+        float* w = a.workspace + (m.th[half] * max_chunks + c) * kPartFloats<D>;
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+          *reinterpret_cast<float2*>(w + 8 * (2 * dp + j) + cq) =
+              make_float2(o[j][2 * half], o[j][2 * half + 1]);
+        if (dp == 0 && (lane & 3) == 0) w[D] = ch.m[half], w[D + 1] = ch.l[half];
+      }
+    }
+  });
+}
+
 // k: the kernel attention() resolved (not Auto); BlockWG / BlockWGPV run Block on an FP8 cache.
 template <int D, bool F8>
 cudaError_t launch_mma(const AttnArgs& a, cudaStream_t s, AttnKernel k) {
@@ -1286,10 +1388,18 @@ cudaError_t launch_mma(const AttnArgs& a, cudaStream_t s, AttnKernel k) {
     return launch_pdl(attn_mma_fused_kernel<D, F8>, dim3(unsigned(a.Hkv * n_tiles)), dim3(32),
                       kSmem, s, small_pdl(a.T <= kPdlRows), a, n_tiles);
   }
-  constexpr int kSmem = MmaSmem<D>::bytes(F8, 2);
   const int64_t max_chunks = n_chunks(max_pos_of(a));
-  // Chunks per warp: enough that the warps fit on the chip at once (227 KB of shared memory a
-  // block, 228 an SM), so each walks its chunks with the next copy in flight.
+  if (max_chunks <= g_split4_max_chunks) {
+    constexpr int kSmem4 = Split4Smem<D, F8>::kBytes;
+    if ((e = allow_smem<attn_mma_split4_kernel<D, F8>>(kSmem4)) != cudaSuccess) return e;
+    e = launch_pdl(attn_mma_split4_kernel<D, F8>, dim3(unsigned(a.Hkv * n_tiles * max_chunks)),
+                   dim3(128), kSmem4, s, small_pdl(a.T <= kPdlRows), a, n_tiles, max_chunks);
+    if (e != cudaSuccess) return e;
+    return launch_merge<D>(a, s, max_chunks);
+  }
+  constexpr int kSmem = MmaSmem<D>::bytes(F8, 2);
+  // Longer contexts: chunks per warp, enough that the warps fit on the chip at once (227 KB of
+  // shared memory a block, 228 an SM), so each walks its chunks with the next copy in flight.
   const int64_t items = a.Hkv * n_tiles * max_chunks;
   const int64_t resident = int64_t(sm_count()) * ((227 * 1024) / kSmem);
   const int64_t per = (items + resident - 1) / resident;
@@ -1322,6 +1432,10 @@ cudaError_t launch(const AttnArgs& a, cudaStream_t s, bool split) {
 bool attention_may_split(int64_t T, int64_t H, int64_t Hkv, int64_t D) {
   if (mma_path(D)) return Hkv * mma_tiles(T, H / Hkv) < kMmaSplitMaxTiles;
   return T * H < kAttnSplitMaxWarps;
+}
+
+void set_attention_split4_max_chunks(int64_t n) {
+  g_split4_max_chunks = n;
 }
 
 size_t attention_workspace_bytes(int64_t T, int64_t H, int64_t D, int64_t n_pos) {

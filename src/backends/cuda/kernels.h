@@ -284,6 +284,10 @@ constexpr int64_t kAttnSplitMaxWarps = 2048;
 // cache types.
 bool attention_may_split(int64_t T, int64_t H, int64_t Hkv, int64_t D);
 size_t attention_workspace_bytes(int64_t T, int64_t H, int64_t D, int64_t n_pos);
+// Split's kernel on the tensor-core path (D 64 / 128): four warps a chunk where the pass's rows
+// see at most n chunks (default 64: contexts up to 4,096), one warp walking several chunks above.
+// The same bits either way (tests/gpu runs both); for tests and benchmarks.
+void set_attention_split4_max_chunks(int64_t n);
 cudaError_t attention(const AttnArgs& a, cudaStream_t s, AttnKernel kernel = AttnKernel::Auto);
 
 // --- hybrid models (Gated DeltaNet) and mixture-of-experts --------------------------------
