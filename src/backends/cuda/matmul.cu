@@ -1206,16 +1206,20 @@ cudaError_t launch_tma_rows_any(const bf16_bits* x, int T, int n, const bf16_bit
 // expert's matrix. SWIGLU (moe_matmul_swiglu): the block copies the gate's 32 rows and then the
 // up's 32 rows of its columns each stage, each warp runs both chains for its 8 columns (the same
 // A fragments), and writes bf16(silu_mul(gate, up)), swiglu's bits, instead of two f32 products.
-constexpr int kMoeBM = 16, kMoeBN = 32, kMoeThreads = 128;
-template <int BK, int STAGES, bool SWIGLU = false>
+// BN: the block's columns (32, 4 warps; or 16, 2 warps: the SwiGLU form at decode, where 32-column
+// blocks leave the SMs unevenly loaded: T = 1, 8 experts of qwen3-30b-a3b, 192 blocks of at most 2
+// an SM on 132 SMs).
+constexpr int kMoeBM = 16, kMoeBN = 32;
+template <int BK, int STAGES, bool SWIGLU = false, int BN = kMoeBN>
 struct MoeCfg {
   static constexpr int kLds = BK + 8;
-  static constexpr int kWRows = SWIGLU ? 2 * kMoeBN : kMoeBN;  // weight rows a stage
+  static constexpr int kThreads = 4 * BN;              // a warp per 8 columns
+  static constexpr int kWRows = SWIGLU ? 2 * BN : BN;  // weight rows a stage
   static constexpr size_t kSmem = size_t(STAGES) * (kMoeBM + kWRows) * kLds * 2;
 };
 
-template <int kMoeBK, int kMoeStages, bool SWIGLU>
-__global__ void __launch_bounds__(kMoeThreads)
+template <int kMoeBK, int kMoeStages, bool SWIGLU, int kMoeBN>
+__global__ void __launch_bounds__(4 * kMoeBN)
     moe_matmul_kernel(const __nv_bfloat16* __restrict__ x, int row_div,
                       const __nv_bfloat16* const* __restrict__ w0,
                       const __nv_bfloat16* const* __restrict__ w1, float* __restrict__ y0,
@@ -1225,8 +1229,8 @@ __global__ void __launch_bounds__(kMoeThreads)
   // Its weights come from the plan, written by a kernel: nothing is read before pdl_wait().
   pdl_trigger();
   pdl_wait();
-  using Cfg = MoeCfg<kMoeBK, kMoeStages, SWIGLU>;
-  constexpr int kMoeLds = Cfg::kLds, kWRows = Cfg::kWRows;
+  using Cfg = MoeCfg<kMoeBK, kMoeStages, SWIGLU, kMoeBN>;
+  constexpr int kMoeLds = Cfg::kLds, kWRows = Cfg::kWRows, kMoeThreads = Cfg::kThreads;
   constexpr int kMats = SWIGLU ? 2 : 1;  // chains a warp runs: gate and up, or one
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* sa = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [STAGES][BM][kLds]
@@ -1364,24 +1368,24 @@ __global__ void __launch_bounds__(kMoeThreads)
   }
 }
 
-template <int BK, int STAGES, bool SWIGLU>
+template <int BK, int STAGES, bool SWIGLU, int BN = kMoeBN>
 cudaError_t launch_moe(const bf16_bits* x, int64_t row_div, const bf16_bits* const* w0,
                        const bf16_bits* const* w1, int64_t N, int64_t K, float* y0, float* y1,
                        bf16_bits* act, const int32_t* order, const int32_t* tiles,
                        int64_t max_tiles, cudaStream_t s) {
-  auto* kern = moe_matmul_kernel<BK, STAGES, SWIGLU>;
-  constexpr size_t smem = MoeCfg<BK, STAGES, SWIGLU>::kSmem;
+  auto* kern = moe_matmul_kernel<BK, STAGES, SWIGLU, BN>;
+  using Cfg = MoeCfg<BK, STAGES, SWIGLU, BN>;
+  constexpr size_t smem = Cfg::kSmem;
   static_assert(smem <= 227 * 1024, "a block's shared memory");
-  if (const cudaError_t e = allow_smem<moe_matmul_kernel<BK, STAGES, SWIGLU>>(smem);
+  if (const cudaError_t e = allow_smem<moe_matmul_kernel<BK, STAGES, SWIGLU, BN>>(smem);
       e != cudaSuccess)
     return e;
   // matmul_bf16's segments for this weight shape, in k-stages of BK (kseg is a multiple of 256).
   const int64_t kseg = matmul_kseg(N, K);
   const int seg_tiles = seg_plan(K, kseg, BK).seg_tiles;
-  const dim3 grid(unsigned(max_tiles), unsigned((N + kMoeBN - 1) / kMoeBN),
-                  !SWIGLU && w1 ? 2u : 1u);
+  const dim3 grid(unsigned(max_tiles), unsigned((N + BN - 1) / BN), !SWIGLU && w1 ? 2u : 1u);
   // Decode-sized plans launch with PDL (the kernel is resident when the plan's kernel ends).
-  return launch_pdl(kern, grid, dim3(kMoeThreads), smem, s,
+  return launch_pdl(kern, grid, dim3(Cfg::kThreads), smem, s,
                     max_tiles <= 256 && (pdl_small_mask() & kPdlSmallMoeMatmul),
                     reinterpret_cast<const __nv_bfloat16*>(x), int(row_div),
                     reinterpret_cast<const __nv_bfloat16* const*>(w0),
@@ -1577,6 +1581,11 @@ cudaError_t launch_moe_tiling(const bf16_bits* x, int64_t row_div, const bf16_bi
   if (kernel == MatmulKernel::Rows16x32Deep)
     return launch_moe<256, kDeepStages, SWIGLU>(x, row_div, w0, w1, N, K, y0, y1, act, order, tiles,
                                                 max_tiles, s);
+  // Fewer 32-column SwiGLU blocks than two an SM (decode): 16-column blocks, the load spread
+  // evenly (the same chains: a block's width changes no element's).
+  if (SWIGLU && max_tiles * ((N + kMoeBN - 1) / kMoeBN) < 2 * int64_t(sm_count()))
+    return launch_moe<128, 4, SWIGLU, 16>(x, row_div, w0, w1, N, K, y0, y1, act, order, tiles,
+                                          max_tiles, s);
   return launch_moe<128, 4, SWIGLU>(x, row_div, w0, w1, N, K, y0, y1, act, order, tiles, max_tiles,
                                     s);
 }
