@@ -336,17 +336,18 @@ __global__ void __launch_bounds__(32)
 
 // Routing of one row by one warp (lane = its lane): softmax and top-K of the row's n logits l
 // into ids [K] and weights [K]. sm: the warp's shared memory, route_smem_bytes(n, K): p [n] f32,
-// the chosen weights [K] f32 and ids [K], taken [n] bytes.
-__host__ __device__ constexpr size_t route_smem_bytes(int n, int K) {
-  return (size_t(n) * 5 + size_t(K) * 8 + 15) / 16 * 16;
+// taken [n] bytes.
+__host__ __device__ constexpr size_t route_smem_bytes(int n, int /*K*/) {
+  return (size_t(n) * 5 + 15) / 16 * 16;
 }
+// ids_copy (optional): the ids again, e.g. into shared memory for moe_route_plan_kernel's plan.
+constexpr int kRouteMaxTopK = 64;
+static_assert(kRouteMaxTopK == kMoeMaxTopK, "route_row keeps kMoeMaxTopK ranks in two slots");
 __device__ __forceinline__ void route_row(const float* __restrict__ l, int n, int K, bool norm,
-                                          int32_t* ids, float* weights, unsigned char* sm,
-                                          int lane) {
+                                          int32_t* ids, float* weights, unsigned char* sm, int lane,
+                                          int32_t* ids_copy = nullptr) {
   auto* p = reinterpret_cast<float*>(sm);
-  float* sel_w = p + n;
-  auto* sel_id = reinterpret_cast<int32_t*>(sel_w + K);
-  auto* taken = reinterpret_cast<unsigned char*>(sel_id + K);
+  auto* taken = reinterpret_cast<unsigned char*>(p + n);
   float m = -INFINITY;
   for (int e = lane; e < n; e += 32) m = fmaxf(m, l[e]);
 #pragma unroll
@@ -371,33 +372,34 @@ __device__ __forceinline__ void route_row(const float* __restrict__ l, int n, in
   sum = __shfl_sync(0xffffffffu, sum, 0);
   for (int e = lane; e < n; e += 32) p[e] = __fdiv_rn(p[e], sum);
   __syncwarp();
+  // Top-K in rank order: each round the largest untaken p, the lowest index on ties (ref's scan).
+  // p is finite and >= 0, whose bits order as the values, or NaN everywhere (a NaN logit makes
+  // the sum NaN), when every key is equal and the lowest index wins, as in ref. Each lane scans
+  // its experts e = lane + 32i; two warp reductions pick the winner, whose owner lane alone
+  // marks it taken (no other lane reads the mark: no barrier); every lane keeps `top`, the sum in
+  // rank order, and lane k % 32 rank k's id and weight.
   float top = 0.0f;
+  int32_t my_id[kRouteMaxTopK / 32] = {};
+  float my_w[kRouteMaxTopK / 32] = {};
   for (int k = 0; k < K; ++k) {
-    // The largest untaken p, the lowest index on ties; `n` = none yet (loses to anything).
-    float bv = -INFINITY;
-    int bi = n;
+    float bv = 0.0f;
+    int bi = n;  // none yet
     for (int e = lane; e < n; e += 32)
       if (!taken[e] && (bi == n || p[e] > bv)) bv = p[e], bi = e;
-#pragma unroll
-    for (int s = 16; s > 0; s >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, s);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, s);
-      if (oi != n && (bi == n || ov > bv || (ov == bv && oi < bi))) bv = ov, bi = oi;
-    }
-    bi = __shfl_sync(0xffffffffu, bi, 0);
-    if (bi >= n) bi = 0;  // only if every p is NaN: keep the id valid
-    if (lane == 0) {
-      sel_id[k] = bi;
-      sel_w[k] = p[bi];
-      taken[bi] = 1;
-      top = __fadd_rn(top, p[bi]);  // rank order, as ref
-    }
-    __syncwarp();
+    const unsigned key = bi == n ? 0u : isnan(bv) ? 1u : __float_as_uint(bv) + 1u;
+    const unsigned kmax = __reduce_max_sync(0xffffffffu, key);
+    const unsigned best =
+        __reduce_min_sync(0xffffffffu, key == kmax && bi != n ? unsigned(bi) : 0xffffffffu);
+    const int owner = int(best & 31u);
+    const float w = __shfl_sync(0xffffffffu, bv, owner);
+    if (lane == owner) taken[best] = 1;
+    top = __fadd_rn(top, w);  // rank order, as ref
+    if ((k & 31) == lane) my_id[k >> 5] = int32_t(best), my_w[k >> 5] = w;
   }
-  top = __shfl_sync(0xffffffffu, top, 0);
   for (int k = lane; k < K; k += 32) {
-    ids[k] = sel_id[k];
-    weights[k] = norm ? __fdiv_rn(sel_w[k], top) : sel_w[k];
+    ids[k] = my_id[k >> 5];
+    if (ids_copy) ids_copy[k] = my_id[k >> 5];
+    weights[k] = norm ? __fdiv_rn(my_w[k >> 5], top) : my_w[k >> 5];
   }
 }
 
@@ -416,7 +418,7 @@ __global__ void __launch_bounds__(32)
 // of one expert in expert order (each lane a contiguous range of experts, a warp scan for the
 // offsets), and the pairs placed stably (increasing pair index within an expert: a rank by
 // __match_any_sync per 32 pairs, ids loaded 8 groups at a time). Shared: cnt, cursor [n]. The
-// ids are read with plain loads: moe_route_plan_kernel writes them in the same launch.
+// ids are read with plain (generic) loads: moe_route_plan_kernel passes its shared copy.
 constexpr int kPlanGroups = 8;
 // eg[g] = the expert of pair base + 32·g + lane (-1 past P): the warp's loads issued together.
 __device__ __forceinline__ void load_id_groups(const int32_t* ids, int P, int base, int lane,
@@ -496,8 +498,16 @@ __global__ void __launch_bounds__(32)
 
 // Route and plan in one launch for passes of at most kRoutePlanRows rows (decode, serving
 // batches): warp t routes row t as moe_route_kernel does, then warp 0 plans as moe_plan_kernel
-// does (the same device functions: the same ids, weights, order and tiles).
+// does (the same device functions: the same ids, weights, order and tiles), reading the ids from
+// a copy in shared memory at ids_off (route_plan_smem_bytes) instead of back from global memory.
 constexpr int kRoutePlanRows = 32;
+__host__ __device__ constexpr size_t route_plan_ids_offset(int rows, int n, int K) {
+  const size_t route = size_t(rows) * route_smem_bytes(n, K), plan = size_t(n) * 8;
+  return ((route > plan ? route : plan) + 15) / 16 * 16;
+}
+__host__ __device__ constexpr size_t route_plan_smem_bytes(int rows, int n, int K) {
+  return route_plan_ids_offset(rows, n, K) + size_t(rows) * K * 4;
+}
 __global__ void __launch_bounds__(32 * kRoutePlanRows)
     moe_route_plan_kernel(const float* __restrict__ logits, int T, int n, int K, bool norm,
                           int32_t* ids, float* __restrict__ weights, int32_t* __restrict__ order,
@@ -507,12 +517,13 @@ __global__ void __launch_bounds__(32 * kRoutePlanRows)
   extern __shared__ __align__(16) unsigned char rp_smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const size_t per = route_smem_bytes(n, K);
+  auto* ids_s = reinterpret_cast<int32_t*>(rp_smem + route_plan_ids_offset(T, n, K));
   if (warp < T)
     route_row(logits + int64_t(warp) * n, n, K, norm, ids + int64_t(warp) * K,
-              weights + int64_t(warp) * K, rp_smem + warp * per, lane);
-  __syncthreads();  // the ids written above are visible to the block
+              weights + int64_t(warp) * K, rp_smem + warp * per, lane, ids_s + warp * K);
+  __syncthreads();  // every row routed: the routing's shared memory is free, the ids' copy ready
   if (warp == 0)
-    plan_warp(ids, T * K, n, order, tiles, max_tiles, reinterpret_cast<int*>(rp_smem), lane);
+    plan_warp(ids_s, T * K, n, order, tiles, max_tiles, reinterpret_cast<int*>(rp_smem), lane);
 }
 
 // out[t, i] = Σ_k w[t, k] · y[t·K + k, i], k in rank order from 0.
@@ -683,8 +694,7 @@ cudaError_t moe(const MoeKernelArgs& a, cudaStream_t s) {
     auto* y = reinterpret_cast<float*>(ws + L.y);
     // Up to 32 rows whose routing fits the default 48 KB of shared memory: one launch.
     // (The plan's counters reuse the routing's shared memory once every row is routed.)
-    const size_t rp_smem = std::max(size_t(rows) * route_smem_bytes(int(a.n_experts), int(a.top_k)),
-                                    size_t(a.n_experts) * 8);
+    const size_t rp_smem = route_plan_smem_bytes(int(rows), int(a.n_experts), int(a.top_k));
     cudaError_t e = cudaSuccess;
     if (kMoeFused && rows <= kRoutePlanRows && rp_smem <= 48 * 1024) {
       e = launch_pdl(moe_route_plan_kernel, dim3(1), dim3(unsigned(32 * rows)), rp_smem, s,
