@@ -1198,13 +1198,13 @@ cudaError_t launch_tma_rows_any(const bf16_bits* x, int T, int n, const bf16_bit
 }
 
 // The grouped matmul of the MoE experts (kernels.h moe_matmul): the Rows16x32 tiling (16 rows ×
-// 32 columns, 4 warps, segments folded in registers; k-stage BK with STAGES stages: 128 × 4 as
+// BN columns, a warp per 8, segments folded in registers; k-stage BK with STAGES stages: 128 × 4 as
 // Rows16x32, 256 × 6 as Rows16x32Deep) with each block's 16 rows gathered from a tile of
 // (row, rank) pairs of one expert and the weight taken from that expert's pointer. Per output
 // element the chain is exactly matmul_bf16's (same mma, same fragment layout, same k order, same
 // segments and fold), so a pair's row has the bits of a T=1 matmul of that row with the
-// expert's matrix. SWIGLU (moe_matmul_swiglu): the block copies the gate's 32 rows and then the
-// up's 32 rows of its columns each stage, each warp runs both chains for its 8 columns (the same
+// expert's matrix. SWIGLU (moe_matmul_swiglu): the block copies the gate's BN rows and then the
+// up's BN rows of its columns each stage, each warp runs both chains for its 8 columns (the same
 // A fragments), and writes bf16(silu_mul(gate, up)), swiglu's bits, instead of two f32 products.
 // BN: the block's columns (32, 4 warps; or 16, 2 warps: the SwiGLU form at decode, where 32-column
 // blocks leave the SMs unevenly loaded: T = 1, 8 experts of qwen3-30b-a3b, 192 blocks of at most 2
