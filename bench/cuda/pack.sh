@@ -4,7 +4,9 @@
 # tests/gpu/test_cuda_model, bench/cuda/bench_cuda_kernels, rtlib (the Debian shared libraries
 # basalt links), tok (Llama 3's tokenizer files from ../shared/fixtures, for serve)}, stripped.
 # OLD=DIR adds DIR/basalt (and DIR/bench_cuda_kernels if present) as build-cuda/old/ for the A/B
-# scripts (ab_session.sh). build-pack is git-ignored; carry it and start the call with
+# scripts (ab_session.sh). PEER=FILE adds a peer engine's benchmark binary (llama.cpp's
+# llama-bench built with CUDA for sm_90a, outside this repository) as build-cuda/peer/ for
+# peer_session.sh. build-pack is git-ignored; carry it and start the call with
 # `tar -xJf build-pack/bc.tar.xz`. BUILD (default build) is the build folder.
 set -eu
 BUILD=${BUILD:-build}
@@ -26,6 +28,10 @@ if [ -n "${OLD:-}" ]; then
   mkdir -p "$P/old"
   cp "$OLD/basalt" "$P/old/"
   [ -f "$OLD/bench_cuda_kernels" ] && cp "$OLD/bench_cuda_kernels" "$P/old/"
+fi
+if [ -n "${PEER:-}" ]; then
+  mkdir -p "$P/peer"
+  cp "$PEER" "$P/peer/"
 fi
 find "$P" -type f -perm -u+x ! -name '*.so*' -exec strip {} \;
 mkdir -p build-pack
