@@ -87,7 +87,8 @@ def main():
     ap.add_argument("--streams", default="1,8,32,64")
     ap.add_argument("--prompt-words", type=int, default=400)
     ap.add_argument("--max-tokens", type=int, default=256)
-    ap.add_argument("--system-words", type=int, default=600)
+    # ~2,000 tokens with the chat template: issue 4's repeated system prompt.
+    ap.add_argument("--system-words", type=int, default=1980)
     a = ap.parse_args()
     with urllib.request.urlopen(a.url + "/v1/models") as r:
         model = a.model or json.loads(r.read())["data"][0]["id"]
