@@ -267,8 +267,8 @@ __host__ __forceinline__ int64_t max_pos_of(const AttnArgs& a) {
 
 template <int DPL, class Src>
 __global__ void __launch_bounds__(32 * kWarps) attn_fused_kernel(AttnArgs a) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   constexpr int D = 32 * DPL;
   __shared__ float qs_all[kWarps][D];
   const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
@@ -294,8 +294,8 @@ __global__ void __launch_bounds__(32 * kWarps) attn_fused_kernel(AttnArgs a) {
 template <int DPL, class Src>
 __global__ void __launch_bounds__(32 * kWarps)
     attn_split_chunks_kernel(AttnArgs a, int64_t max_chunks) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   constexpr int D = 32 * DPL;
   __shared__ float qs_all[kWarps][D];
   const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
@@ -331,8 +331,8 @@ __global__ void __launch_bounds__(32 * kWarps)
 // is then two multiplies and an add per chunk.
 template <int D>
 __global__ void __launch_bounds__(32) attn_split_merge_kernel(AttnArgs a, int64_t max_chunks) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   constexpr int kP = kPartFloats<D>, kStages = 4, kC = 32;  // kC: chunks a stage, one a lane
   constexpr int kW = 36;  // floats of a staged chunk: 32 dims, m, l, 2 unused
   constexpr int kSlices = D / 32;
@@ -898,8 +898,8 @@ __device__ __forceinline__ void mma_write_out(const AttnArgs& a, const MmaTile& 
 // for bf16 prefill: 3 warps an SM instead of 5).
 template <int D, bool F8>
 __global__ void __launch_bounds__(32) attn_mma_fused_kernel(AttnArgs a, int64_t n_tiles) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   extern __shared__ __align__(16) char sm_mma[];
   const MmaWarpSmem<D, F8> sm(sm_mma, 1);
   const int lane = threadIdx.x;
@@ -1004,8 +1004,8 @@ struct MmaBlockSmem {
 template <int D, bool F8>
 __global__ void __launch_bounds__(32 * kBlockTiles)
     attn_mma_block_kernel(AttnArgs a, int64_t n_groups) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   constexpr int kThreads = 32 * kBlockTiles;
   using L = MmaSmem<D>;
   extern __shared__ __align__(16) char sm_blk[];
@@ -1109,8 +1109,8 @@ __device__ __forceinline__ void mma_fold_wg(MmaState<D>& st, int64_t c, const Mm
 template <int D, bool PV>
 __global__ void __launch_bounds__(32 * kBlockTiles)
     attn_wg_block_kernel(AttnArgs a, int64_t n_groups) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   static_assert(kBlockTiles == 4, "one warpgroup");
   constexpr int kThreads = 32 * kBlockTiles, kRows = kBlockTiles * kMmaRows;
   using W = WgSmem<D>;
@@ -1214,8 +1214,8 @@ __global__ void __launch_bounds__(32 * kBlockTiles)
 template <int D, bool F8>
 __global__ void __launch_bounds__(32)
     attn_mma_split_kernel(AttnArgs a, int64_t n_tiles, int64_t max_chunks, int64_t per) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   extern __shared__ __align__(16) char sm_mma[];
   const MmaWarpSmem<D, F8> sm(sm_mma, 2);
   const int lane = threadIdx.x;
@@ -1274,8 +1274,8 @@ struct Split4Smem {
 template <int D, bool F8>
 __global__ void __launch_bounds__(128)
     attn_mma_split4_kernel(AttnArgs a, int64_t n_tiles, int64_t max_chunks) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   using S4 = Split4Smem<D, F8>;
   extern __shared__ __align__(16) char sm4[];
   const MmaWarpSmem<D, F8> sm(sm4, sm4 + S4::kBufOff, 1);

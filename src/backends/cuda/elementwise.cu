@@ -16,8 +16,8 @@ namespace {
 
 __global__ void embedding_kernel(const bf16_bits* table, int64_t V, int64_t E, const int32_t* ids,
                                  float* out) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.y;
   const int32_t id = ids[t];
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < E;
@@ -38,8 +38,8 @@ __global__ void __launch_bounds__(kNormThreads)
     rmsnorm_residual_kernel(float* __restrict__ x, const float* __restrict__ delta,
                             const float* __restrict__ w, bf16_bits* __restrict__ y, int64_t n,
                             float eps) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   __shared__ float warp_ss[kNormThreads / 32];
   const int64_t r = blockIdx.x;
   float* xr = x + r * n;
@@ -98,8 +98,8 @@ __device__ __forceinline__ void head_rmsnorm_row(float* xr, const float* w, int6
 }
 
 __global__ void head_rmsnorm_kernel(float* x, const float* w, int64_t rows, int64_t D, float eps) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   const int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (r >= rows) return;  // whole warps leave together
@@ -119,8 +119,8 @@ __device__ __forceinline__ void rope_pair(float* v, int64_t i, int64_t half, Rop
 __global__ void rope_kernel(float* x, int64_t T, int64_t heads, int64_t D, int64_t half,
                             const float* cos, const float* sin, const int32_t* pos,
                             const float* inv_freq, RopeLayout layout) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (idx >= T * heads * half) return;
   const int64_t i = idx % half, th = idx / half, t = th / heads;
@@ -135,8 +135,8 @@ __global__ void rope_kernel(float* x, int64_t T, int64_t heads, int64_t D, int64
 }
 
 __global__ void swiglu_kernel(const float* gate, const float* up, bf16_bits* out, int64_t n) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     out[i] = to_bf(silu_mul(gate[i], up[i]));
@@ -144,32 +144,32 @@ __global__ void swiglu_kernel(const float* gate, const float* up, bf16_bits* out
 }
 
 __global__ void convert_kernel(const float* in, bf16_bits* out, int64_t n) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     out[i] = to_bf(in[i]);
 }
 
 __global__ void widen_kernel(const bf16_bits* in, float* out, int64_t n) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     out[i] = bf(in[i]);
 }
 
 __global__ void add_kernel(float* y, const float* x, int64_t n) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     y[i] = __fadd_rn(y[i], x[i]);
 }
 
 __global__ void add_bias_kernel(float* y, const float* b, int64_t T, int64_t n) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < T * n;
        i += int64_t(gridDim.x) * blockDim.x)
     y[i] = __fadd_rn(y[i], b[i % n]);
@@ -177,8 +177,8 @@ __global__ void add_bias_kernel(float* y, const float* b, int64_t T, int64_t n) 
 
 __global__ void rope_angles_kernel(const int32_t* pos, const float* inv_freq, int64_t T,
                                    int64_t half, float* cos, float* sin) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (idx >= T * half) return;
   const int64_t t = idx / half, i = idx % half;
@@ -190,8 +190,8 @@ __global__ void rope_angles_kernel(const int32_t* pos, const float* inv_freq, in
 
 __global__ void kv_write_kernel(const float* k, const float* v, const int32_t* slots, int64_t T,
                                 int64_t row, bf16_bits* kc, bf16_bits* vc) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.y;
   const int64_t dst = int64_t(slots[t]) * row;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < row;
@@ -211,8 +211,8 @@ __global__ void rope_kv_write_kernel(float* q, float* k, const float* v, const i
                                      const float* cos, const float* sin, RopeLayout layout,
                                      bf16_bits* kc, bf16_bits* vc, const float* q_norm,
                                      const float* k_norm, float eps) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   const int64_t heads = H + 2 * Hkv;
   const int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
@@ -250,8 +250,8 @@ __global__ void rope_kv_write_kernel(float* q, float* k, const float* v, const i
 // encodes its elements.
 __global__ void kv_write_fp8_kernel(const float* k, const float* v, const int32_t* slots, int64_t T,
                                     int64_t Hkv, int64_t D, int64_t bs, uint8_t* kc, uint8_t* vc) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   const int64_t item = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (item >= T * Hkv * 2) return;
@@ -275,8 +275,8 @@ __global__ void kv_write_fp8_kernel(const float* k, const float* v, const int32_
 constexpr int kArgmaxThreads = 1024;
 __global__ void __launch_bounds__(kArgmaxThreads)
     argmax_kernel(const float* __restrict__ x, int64_t n, int32_t* __restrict__ out) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   __shared__ float sv[kArgmaxThreads];
   __shared__ int32_t si[kArgmaxThreads];
   const float* row = x + int64_t(blockIdx.x) * n;

@@ -46,16 +46,16 @@ unsigned grid_1d(int64_t n, int threads) {
 // --- elementwise ---------------------------------------------------------------------------
 
 __global__ void sigmoid_mul_kernel(bf16_bits* y, const float* gate, int64_t n) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     y[i] = to_bf(__fmul_rn(bf(y[i]), sigmoid_f(gate[i])));
 }
 
 __global__ void gated_add_kernel(float* y, const float* x, const float* g, int64_t T, int64_t n) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < T * n;
        i += int64_t(gridDim.x) * blockDim.x)
     y[i] = __fadd_rn(y[i], __fmul_rn(sigmoid_f(g[i / n]), x[i]));
@@ -64,8 +64,8 @@ __global__ void gated_add_kernel(float* y, const float* x, const float* g, int64
 // One warp per row (8 rows per block of 256).
 __global__ void gated_rmsnorm_kernel(const float* x, const float* z, const float* w, bf16_bits* y,
                                      int64_t rows, int64_t n, float eps) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   const int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (r >= rows) return;  // whole warps leave together
@@ -109,8 +109,8 @@ __global__ void __launch_bounds__(kConvThreads)
                     float* __restrict__ conv_state, float* __restrict__ u,
                     const int32_t* __restrict__ slots, const int32_t* __restrict__ pos,
                     const int32_t* __restrict__ snaps, int T, int C, int K) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   const int t0 = blockIdx.y;
   if (!run_start(slots, t0)) return;
   const int t_end = run_end(slots, t0, T, threadIdx.x & 31);  // whole warps: before any exit
@@ -179,8 +179,8 @@ __global__ void gdn_prepare_kernel(float* __restrict__ u, float* __restrict__ ga
                                    const float* __restrict__ A_log,
                                    const float* __restrict__ dt_bias, int64_t T, int64_t C,
                                    int64_t Hk, int64_t Hv, int64_t Dk) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   const int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   const int64_t norm_warps = T * 2 * Hk;
@@ -222,8 +222,8 @@ __global__ void __launch_bounds__(32)
                          float* __restrict__ rec_state, float* __restrict__ out,
                          const int32_t* __restrict__ slots, const int32_t* __restrict__ pos,
                          const int32_t* __restrict__ snaps, int T, int Hk, int Hv, int Dk, int Dv) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   constexpr int NPL = DKMAX / LPC;  // state rows per lane
   constexpr int COLS = 32 / LPC;    // value columns per warp
   constexpr int NQ = DKMAX / 32;    // q/k elements each lane loads per row
@@ -407,8 +407,8 @@ __device__ __forceinline__ void route_row(const float* __restrict__ l, int n, in
 __global__ void __launch_bounds__(32)
     moe_route_kernel(const float* __restrict__ logits, int n, int K, bool norm,
                      int32_t* __restrict__ ids, float* __restrict__ weights) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   extern __shared__ __align__(16) unsigned char route_smem[];
   const int64_t t = blockIdx.x;
   route_row(logits + t * n, n, K, norm, ids + t * K, weights + t * K, route_smem, threadIdx.x);
@@ -490,8 +490,8 @@ __device__ __forceinline__ void plan_warp(const int32_t* ids, int P, int n,
 __global__ void __launch_bounds__(32)
     moe_plan_kernel(const int32_t* __restrict__ ids, int P, int n, int32_t* __restrict__ order,
                     int32_t* __restrict__ tiles, int max_tiles) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   extern __shared__ int plan_smem[];
   plan_warp(ids, P, n, order, tiles, max_tiles, plan_smem, threadIdx.x);
 }
@@ -512,8 +512,8 @@ __global__ void __launch_bounds__(32 * kRoutePlanRows)
     moe_route_plan_kernel(const float* __restrict__ logits, int T, int n, int K, bool norm,
                           int32_t* ids, float* __restrict__ weights, int32_t* __restrict__ order,
                           int32_t* __restrict__ tiles, int max_tiles) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   extern __shared__ __align__(16) unsigned char rp_smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const size_t per = route_smem_bytes(n, K);
@@ -529,8 +529,8 @@ __global__ void __launch_bounds__(32 * kRoutePlanRows)
 // out[t, i] = Σ_k w[t, k] · y[t·K + k, i], k in rank order from 0.
 __global__ void moe_combine_kernel(const float* __restrict__ y, const float* __restrict__ w,
                                    int64_t T, int64_t K, int64_t E, float* __restrict__ out) {
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < T * E;
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = idx / E, i = idx % E;

@@ -1227,8 +1227,8 @@ __global__ void __launch_bounds__(4 * kMoeBN)
                       const int32_t* __restrict__ order, const int32_t* __restrict__ tiles,
                       int max_tiles, int N, int K, int kSegTiles) {
   // Its weights come from the plan, written by a kernel: nothing is read before pdl_wait().
-  pdl_trigger();
   pdl_wait();
+  pdl_trigger();
   using Cfg = MoeCfg<kMoeBK, kMoeStages, SWIGLU, kMoeBN>;
   constexpr int kMoeLds = Cfg::kLds, kWRows = Cfg::kWRows, kMoeThreads = Cfg::kThreads;
   constexpr int kMats = SWIGLU ? 2 : 1;  // chains a warp runs: gate and up, or one

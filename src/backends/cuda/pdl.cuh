@@ -2,16 +2,17 @@
 // kernel before it in the stream. Changes no result, only when blocks start.
 //
 // A kernel launched with launch_pdl may be scheduled while the previous kernel still runs. Until
-// it calls pdl_wait() it may only read memory no kernel writes (uploaded weights); pdl_wait() returns
-// once the previous kernel has completed and its writes are visible, and only then may it read
-// activations, or write anything. Called in a kernel launched without the attribute, it returns
-// at once.
+// it calls pdl_wait() it may only read memory no kernel writes (uploaded weights); pdl_wait()
+// returns once the previous kernel has completed and its writes are visible, and only then may it
+// read activations, or write anything. Called in a kernel launched without the attribute, it
+// returns at once.
 //
 // pdl_trigger() lets the next kernel, if launched with launch_pdl, be scheduled as soon as every
 // block of this grid has started (or exited), instead of at this grid's end. It is issued first
-// thing by the kernels a decode step runs, so the next matrix product starts streaming its
-// weights while they finish. Transitively safe: a kernel's pdl_wait() waits for the previous
-// kernel, which itself completed only after its own pdl_wait().
+// thing by the matmuls, and right after their (plainly launched: immediate) pdl_wait() by the
+// small kernels, so the next matrix product starts streaming its weights while they finish.
+// Transitively safe: a kernel's pdl_wait() waits for the previous kernel, which itself completed
+// only after its own pdl_wait().
 //
 // BASALT_CUDA_PDL=0 launches everything plainly (for measuring the difference).
 #pragma once
@@ -28,6 +29,12 @@ __device__ __forceinline__ void pdl_trigger() {
 
 bool pdl_enabled();  // elementwise.cu: BASALT_CUDA_PDL, read once (default on)
 
+// The small kernels (elementwise.cu, attention.cu, hybrid.cu, moe_matmul) begin with pdl_wait()
+// and then pdl_trigger(). Launched plainly, the wait returns at once and the next matmul is let in
+// at their start, as before. Launched with the attribute, a kernel lets the next one in only
+// once its own predecessor has completed, so a chain of early launches stays one deep: with the
+// trigger first, chains of them lost 10 % of decode (docs/cuda.md; CCCL saw the same cost of
+// letting dependents launch early, NVIDIA/cccl#5249).
 // Which classes of small kernels (decode-sized passes) launch with the attribute, beyond the
 // matmuls: BASALT_CUDA_PDL_SMALL, a mask of these bits, read once (benchmarks).
 constexpr int kPdlSmallElementwise = 1;  // elementwise.cu: norms, RoPE / KV write, swiglu, ...
