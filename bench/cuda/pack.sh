@@ -6,7 +6,8 @@
 # OLD=DIR adds DIR/basalt (and DIR/bench_cuda_kernels if present) as build-cuda/old/ for the A/B
 # scripts (ab_session.sh). PEER=FILE adds a peer engine's benchmark binary (llama.cpp's
 # llama-bench built with CUDA for sm_90a, outside this repository) as build-cuda/peer/ for
-# peer_session.sh. build-pack is git-ignored; carry it and start the call with
+# peer_session.sh; with it the archive nears the 64 MiB a call may carry (llama-bench alone is
+# ~42 MB compressed): NO_TESTS=1 leaves the GPU test binaries out. build-pack is git-ignored; carry it and start the call with
 # `tar -xJf build-pack/bc.tar.xz`. BUILD (default build) is the build folder.
 set -eu
 BUILD=${BUILD:-build}
@@ -16,7 +17,8 @@ tmp=$(mktemp -d)
 P=$tmp/build-cuda
 mkdir -p "$P/tests/gpu" "$P/bench/cuda" "$P/rtlib" "$P/tok"
 cp "$BUILD/basalt" "$P/"
-cp "$BUILD/tests/gpu/test_cuda_kernels" "$BUILD/tests/gpu/test_cuda_model" "$P/tests/gpu/"
+[ "${NO_TESTS:-0}" = 1 ] ||
+  cp "$BUILD/tests/gpu/test_cuda_kernels" "$BUILD/tests/gpu/test_cuda_model" "$P/tests/gpu/"
 cp "$BUILD/bench/cuda/bench_cuda_kernels" "$P/bench/cuda/"
 ldd "$BUILD/basalt" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' |
   grep -E 'pcre2|utf8proc|hwy|httplib|spdlog|fmt|brotli' | while read -r name path; do

@@ -10,6 +10,12 @@
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 LB=$B/peer/llama-bench
 [ -x $LB ] || { echo "no $LB: pack with PEER=.../llama-bench"; exit 1; }
+# llama-bench links libcudart, libcublas and libnccl dynamically: the device has them in
+# PyTorch's nvidia-* wheels.
+NV=$(python3 -c 'import glob, os, nvidia
+print(":".join(sorted(glob.glob(os.path.join(list(nvidia.__path__)[0], "*", "lib")))))' 2> /dev/null)
+export LD_LIBRARY_PATH=$LD_LIBRARY_PATH${NV:+:$NV}
+ldd $LB | grep "not found" && echo "llama-bench: libraries missing (above)"
 P=${PROMPT:-2048} N=${GEN:-128} D=${DEPTH:-32768}
 for spec in ${MODELS:-llama-3.1-8b}; do
   for dt in ${DTYPES:-bf16}; do
