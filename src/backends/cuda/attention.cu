@@ -24,12 +24,8 @@ namespace basalt::cuda {
 namespace {
 
 constexpr int kWarps = 4;  // warps per block; one warp per (t, h) or (t, h, chunk)
-// Passes of up to kPdlRows rows (decode, serving batches, verification) launch with programmatic
-// dependent launch (pdl.cuh; each kernel waits in pdl_wait() before it reads q or the cache), so
-// they start as the kernel before them ends; prefill passes launch plainly.
-constexpr int64_t kPdlRows = 64;
 bool small_pdl(bool decode_sized) {
-  return decode_sized && (pdl_small_mask() & kPdlSmallAttention);
+  return pdl_small(kPdlSmallAttention, decode_sized);
 }
 
 __device__ __forceinline__ float bf(uint32_t b16) {

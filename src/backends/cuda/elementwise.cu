@@ -301,14 +301,8 @@ __global__ void __launch_bounds__(kArgmaxThreads)
   if (threadIdx.x == 0) out[blockIdx.x] = si[0] < int32_t(n) ? si[0] : 0;
 }
 
-// Decode-sized passes (up to kPdlRows rows; element-wise ops up to kPdlElems values) launch with
-// programmatic dependent launch (pdl.cuh): scheduled while the kernel before them finishes, they
-// wait in pdl_wait(), so a step's chain of small kernels pays no launch gap between them. Longer
-// passes launch plainly, as the matmuls do (early blocks of a long pass take the SMs the kernel
-// before it still needs).
-constexpr int64_t kPdlRows = 64, kPdlElems = kPdlRows * 16384;
 bool small_pdl(bool decode_sized) {
-  return decode_sized && (pdl_small_mask() & kPdlSmallElementwise);
+  return pdl_small(kPdlSmallElementwise, decode_sized);
 }
 
 unsigned grid_1d(int64_t n, int threads) {

@@ -31,11 +31,8 @@ __device__ __forceinline__ float softplus_f(float x) {
   return x > 20.0f ? x : log1pf(expf(x));
 }
 
-// Passes of up to kPdlRows rows launch with programmatic dependent launch, as elementwise.cu's
-// kernels (each waits in pdl_wait() before it reads anything); longer ones plainly.
-constexpr int64_t kPdlRows = 64, kPdlElems = kPdlRows * 16384;
 bool small_pdl(bool decode_sized) {
-  return decode_sized && (pdl_small_mask() & kPdlSmallHybrid);
+  return pdl_small(kPdlSmallHybrid, decode_sized);
 }
 
 unsigned grid_1d(int64_t n, int threads) {

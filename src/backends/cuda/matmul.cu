@@ -1386,7 +1386,7 @@ cudaError_t launch_moe(const bf16_bits* x, int64_t row_div, const bf16_bits* con
   const dim3 grid(unsigned(max_tiles), unsigned((N + BN - 1) / BN), !SWIGLU && w1 ? 2u : 1u);
   // Decode-sized plans launch with PDL (the kernel is resident when the plan's kernel ends).
   return launch_pdl(kern, grid, dim3(Cfg::kThreads), smem, s,
-                    max_tiles <= 256 && (pdl_small_mask() & kPdlSmallMoeMatmul),
+                    pdl_small(kPdlSmallMoeMatmul, max_tiles <= 256),
                     reinterpret_cast<const __nv_bfloat16*>(x), int(row_div),
                     reinterpret_cast<const __nv_bfloat16* const*>(w0),
                     reinterpret_cast<const __nv_bfloat16* const*>(w1), y0, y1, act, order, tiles,

@@ -18,6 +18,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 namespace basalt::cuda {
 
 __device__ __forceinline__ void pdl_wait() {
@@ -43,6 +45,14 @@ constexpr int kPdlSmallHybrid = 4;       // hybrid.cu: GDN, MoE routing / plan /
 constexpr int kPdlSmallMoeMatmul = 8;    // moe_matmul (matmul.cu)
 constexpr int kPdlSmallDefault = 0;  // measured: none pays (docs/cuda.md)
 int pdl_small_mask();
+// Decode-sized passes: up to kPdlRows rows, element-wise ops up to kPdlElems values. Longer ones
+// launch plainly, as the matmuls do (early blocks of a long pass take the SMs the kernel before
+// it still needs).
+constexpr int64_t kPdlRows = 64, kPdlElems = kPdlRows * 16384;
+// Whether a small kernel of class `cls` (a kPdlSmall* bit) launches with the attribute.
+inline bool pdl_small(int cls, bool decode_sized) {
+  return decode_sized && (pdl_small_mask() & cls);
+}
 
 // allow = false launches plainly, e.g. a matmul whose "weight" a kernel has just written (the
 // dequantised scratch of a scaled weight): its early reads would see the old contents.
