@@ -19,17 +19,7 @@ for mode in exact fast; do
   step $B/basalt bench -m $M --device cuda ${BENCH:--p 512,2048 -n 64 -r 3} $extra --json \
     >> "$OUT/bench_$n.txt" 2>&1
 done
-grep -E "^==|prefill_tok_s" "$OUT/bench_$n.txt" |
-  python3 -c '
-import json, sys
-for line in sys.stdin:
-    if line.startswith("=="):
-        print(line.strip()); continue
-    try: r = json.loads(line)
-    except ValueError: continue
-    print("  p=%s prefill %.0f tok/s (matmul %.3f)  decode %.1f tok/s at %s (bw %.3f)" % (
-        r.get("prompt_tokens"), r["prefill_tok_s"], r.get("matmul_fraction", 0), r["decode_tok_s"],
-        r["context"], r.get("bandwidth_fraction", 0)))'
+bench_summary "$OUT/bench_$n.txt"
 BASALT_CUDA_PROFILE=1 step $B/basalt bench -m $M --device cuda -p 512 -n 32 -r 1 \
   > "$OUT/profile_decode_$n.txt" 2>&1
 tail -n 30 "$OUT/profile_decode_$n.txt"

@@ -63,17 +63,7 @@ for round in $(seq ${ROUNDS:-1}); do
   done
 done
 cfg_env auto
-grep -E "^==|prefill_tok_s" "$OUT/bench_$n.txt" |
-  python3 -c '
-import json, sys
-for line in sys.stdin:
-    if line.startswith("=="):
-        print(line.strip()); continue
-    try: r = json.loads(line)
-    except ValueError: continue
-    print("  p=%s prefill %.0f tok/s (matmul %.3f)  decode %.1f tok/s at %s (bw %.3f)" % (
-        r.get("prompt_tokens"), r["prefill_tok_s"], r.get("matmul_fraction", 0), r["decode_tok_s"],
-        r["context"], r.get("bandwidth_fraction", 0)))'
+bench_summary "$OUT/bench_$n.txt"
 if [ "${PROFILE:-0}" = 1 ]; then
   BASALT_CUDA_PROFILE=1 step $B/basalt bench -m $M --device cuda -p 2048 -n 64 -r 1 \
     > "$OUT/profile_$n.txt" 2>&1

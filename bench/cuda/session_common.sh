@@ -62,3 +62,18 @@ serve_up() {
     sleep 1
   done
 }
+# bench_summary FILE: the "== ..." headers of FILE and a line for each `basalt bench --json`
+# record in it (prefill, matmul fraction, decode, context, bandwidth fraction).
+bench_summary() {
+  grep -E "^==|prefill_tok_s" "$1" |
+    python3 -c '
+import json, sys
+for line in sys.stdin:
+    if line.startswith("=="):
+        print(line.strip()); continue
+    try: r = json.loads(line)
+    except ValueError: continue
+    print("  p=%s prefill %.0f tok/s (matmul %.3f)  decode %.1f tok/s at %s (bw %.3f)" % (
+        r.get("prompt_tokens"), r["prefill_tok_s"], r.get("matmul_fraction", 0), r["decode_tok_s"],
+        r["context"], r.get("bandwidth_fraction", 0)))'
+}
