@@ -434,9 +434,7 @@ class CudaBackend final : public Backend {
       N[i] = w[i]->rows, kseg[i] = plans[i].kseg, rows += N[i];
     }
     const int64_t K = w[0]->cols;
-    const size_t need = matmul_group_workspace_bytes(T, n, N, K, kseg);
-    grow_matmul_workspace(need);
-    void* ws = need <= mm_ws_bytes_ ? mm_ws_ : nullptr;
+    void* ws = matmul_workspace(matmul_group_workspace_bytes(T, n, N, K, kseg));
     bool refused = false;
     op("matmul group", rows, K, [&] {
       const cudaError_t e = matmul_bf16_group(static_cast<const bf16_bits*>(x), T, n, wp, N, K, y,
@@ -456,25 +454,24 @@ class CudaBackend final : public Backend {
                              ? MatmulPlan{}
                              : matmul_plan(choices_, kernel_dtype(gate), T, gate.rows, gate.cols);
     const bool rows = T <= 64;
-    const bool fuse = opt_.fuse && T >= 1 && !ref::is_scaled(gate) && !ref::is_scaled(up) &&
-                      gate.rows == up.rows && gate.cols == up.cols &&
-                      (p.tiling == MatmulKernel::Auto ||
-                       (rows ? p.tiling == MatmulKernel::RowsTMA
-                             : !opt_.fast_prefill && (p.tiling == MatmulKernel::TileTMA ||
-                                                      p.tiling == MatmulKernel::TileTMA256))) &&
-                      (rows || !opt_.fast_prefill) &&
+    const bool tiling_ok = rows
+                               ? p.tiling == MatmulKernel::Auto || p.tiling == MatmulKernel::RowsTMA
+                               : !opt_.fast_prefill && (p.tiling == MatmulKernel::Auto ||
+                                                        p.tiling == MatmulKernel::TileTMA ||
+                                                        p.tiling == MatmulKernel::TileTMA256);
+    const bool fuse = opt_.fuse && T >= 1 && tiling_ok && !ref::is_scaled(gate) &&
+                      !ref::is_scaled(up) && gate.rows == up.rows && gate.cols == up.cols &&
                       (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(gate.data) |
                        reinterpret_cast<uintptr_t>(up.data)) %
                               16 ==
                           0;
     bool refused = !fuse;
-    void* ws = nullptr;
-    size_t ws_bytes = 0;
-    if (fuse && rows) {  // split-K as matmul_n's launch (the workspace grows outside recordings)
-      const size_t need = matmul_swiglu_workspace_bytes(T, gate.rows, gate.cols, p.kseg);
-      grow_matmul_workspace(need);
-      if (need <= mm_ws_bytes_) ws = mm_ws_, ws_bytes = mm_ws_bytes_;
-    }
+    // Split-K as matmul_n's launch, up to 64 rows.
+    void* ws =
+        fuse && rows
+            ? matmul_workspace(matmul_swiglu_workspace_bytes(T, gate.rows, gate.cols, p.kseg))
+            : nullptr;
+    const size_t ws_bytes = ws ? mm_ws_bytes_ : 0;
     if (fuse)
       op("matmul swiglu", 2 * gate.rows, gate.cols, [&] {
         const cudaError_t e = matmul_bf16_swiglu(
@@ -486,14 +483,15 @@ class CudaBackend final : public Backend {
       });
     if (refused) Backend::matmul_swiglu(x, T, gate, up, g, u, out);
   }
-  // The split-K workspace grows to `need` outside recordings only (inside one, the kernels fold
-  // in registers: the same bits).
-  void grow_matmul_workspace(size_t need) {
+  // The split-K workspace, grown to `need` outside recordings only; nullptr where it is still
+  // smaller (inside a recording: the kernels then fold in registers, the same bits).
+  void* matmul_workspace(size_t need) {
     if (need > mm_ws_bytes_ && !capturing()) {
       if (mm_ws_) dealloc(mm_ws_);
       mm_ws_bytes_ = std::max(need, mm_ws_bytes_ * 2);
       mm_ws_ = alloc(mm_ws_bytes_);
     }
+    return need <= mm_ws_bytes_ ? mm_ws_ : nullptr;
   }
   // Decode-sized passes run split-K with a workspace (more blocks in flight); it grows outside
   // recordings only (inside one, the kernel folds in registers: the same bits).
@@ -503,9 +501,8 @@ class CudaBackend final : public Backend {
     size_t ws_bytes = 0;
     const int64_t kseg = p.kseg ? std::min(p.kseg, w.cols) : matmul_kseg(w.rows, w.cols);
     if (T <= 64 && kseg < w.cols) {
-      const size_t need = matmul_workspace_bytes(T, w.rows, w.cols, p.kseg);
-      grow_matmul_workspace(need);
-      if (need <= mm_ws_bytes_) ws = mm_ws_, ws_bytes = mm_ws_bytes_;
+      ws = matmul_workspace(matmul_workspace_bytes(T, w.rows, w.cols, p.kseg));
+      ws_bytes = ws ? mm_ws_bytes_ : 0;
     }
     if (ref::is_scaled(w)) {
       matmul_scaled_op(x, T, w, y, ws, ws_bytes, p);
