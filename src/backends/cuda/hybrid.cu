@@ -332,14 +332,12 @@ __global__ void __launch_bounds__(32)
 // --- mixture of experts --------------------------------------------------------------------
 
 // Routing of one row by one warp (lane = its lane): softmax and top-K of the row's n logits l
-// into ids [K] and weights [K]. sm: the warp's shared memory, route_smem_bytes(n, K): p [n] f32,
+// into ids [K] and weights [K]. sm: the warp's shared memory, route_smem_bytes(n): p [n] f32,
 // taken [n] bytes.
-__host__ __device__ constexpr size_t route_smem_bytes(int n, int /*K*/) {
+__host__ __device__ constexpr size_t route_smem_bytes(int n) {
   return (size_t(n) * 5 + 15) / 16 * 16;
 }
 // ids_copy (optional): the ids again, e.g. into shared memory for moe_route_plan_kernel's plan.
-constexpr int kRouteMaxTopK = 64;
-static_assert(kRouteMaxTopK == kMoeMaxTopK, "route_row keeps kMoeMaxTopK ranks in two slots");
 __device__ __forceinline__ void route_row(const float* __restrict__ l, int n, int K, bool norm,
                                           int32_t* ids, float* weights, unsigned char* sm, int lane,
                                           int32_t* ids_copy = nullptr) {
@@ -376,8 +374,8 @@ __device__ __forceinline__ void route_row(const float* __restrict__ l, int n, in
   // marks it taken (no other lane reads the mark: no barrier); every lane keeps `top`, the sum in
   // rank order, and lane k % 32 rank k's id and weight.
   float top = 0.0f;
-  int32_t my_id[kRouteMaxTopK / 32] = {};
-  float my_w[kRouteMaxTopK / 32] = {};
+  int32_t my_id[kMoeMaxTopK / 32] = {};
+  float my_w[kMoeMaxTopK / 32] = {};
   for (int k = 0; k < K; ++k) {
     float bv = 0.0f;
     int bi = n;  // none yet
@@ -498,12 +496,12 @@ __global__ void __launch_bounds__(32)
 // does (the same device functions: the same ids, weights, order and tiles), reading the ids from
 // a copy in shared memory at ids_off (route_plan_smem_bytes) instead of back from global memory.
 constexpr int kRoutePlanRows = 32;
-__host__ __device__ constexpr size_t route_plan_ids_offset(int rows, int n, int K) {
-  const size_t route = size_t(rows) * route_smem_bytes(n, K), plan = size_t(n) * 8;
+__host__ __device__ constexpr size_t route_plan_ids_offset(int rows, int n) {
+  const size_t route = size_t(rows) * route_smem_bytes(n), plan = size_t(n) * 8;
   return ((route > plan ? route : plan) + 15) / 16 * 16;
 }
 __host__ __device__ constexpr size_t route_plan_smem_bytes(int rows, int n, int K) {
-  return route_plan_ids_offset(rows, n, K) + size_t(rows) * K * 4;
+  return route_plan_ids_offset(rows, n) + size_t(rows) * K * 4;
 }
 __global__ void __launch_bounds__(32 * kRoutePlanRows)
     moe_route_plan_kernel(const float* __restrict__ logits, int T, int n, int K, bool norm,
@@ -513,8 +511,8 @@ __global__ void __launch_bounds__(32 * kRoutePlanRows)
   pdl_trigger();
   extern __shared__ __align__(16) unsigned char rp_smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const size_t per = route_smem_bytes(n, K);
-  auto* ids_s = reinterpret_cast<int32_t*>(rp_smem + route_plan_ids_offset(T, n, K));
+  const size_t per = route_smem_bytes(n);
+  auto* ids_s = reinterpret_cast<int32_t*>(rp_smem + route_plan_ids_offset(T, n));
   if (warp < T)
     route_row(logits + int64_t(warp) * n, n, K, norm, ids + int64_t(warp) * K,
               weights + int64_t(warp) * K, rp_smem + warp * per, lane, ids_s + warp * K);
@@ -655,7 +653,7 @@ cudaError_t moe_route(const float* logits, int64_t T, int64_t n_experts, int64_t
       top_k > n_experts || top_k > kMoeMaxTopK)
     return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
-  const size_t smem = route_smem_bytes(int(n_experts), int(top_k));
+  const size_t smem = route_smem_bytes(int(n_experts));
   return launch_pdl(moe_route_kernel, dim3(unsigned(T)), dim3(32), smem, s,
                     small_pdl(T <= kPdlRows), logits, int(n_experts), int(top_k), norm, ids,
                     weights);
