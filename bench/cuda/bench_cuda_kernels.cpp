@@ -577,19 +577,22 @@ int main(int argc, char** argv) {
       a.scale = 0.088f;
       a.workspace = ws;
       a.workspace_bytes = wsb;
-      // Split's kernels (tensor-core path): the default (four warps a chunk up to 64 chunks), then
-      // each of them at every context.
-      const std::pair<int64_t, const char*> split_kernels[] = {
-          {64, "auto"}, {int64_t(1) << 40, "split4"}, {0, "split1"}};
-      for (const auto& [max_chunks, sk_name] : split_kernels) {
-        if (D == 256 && max_chunks != 64) continue;  // (CUDA-core path: one kernel)
-        bc::set_attention_split4_max_chunks(max_chunks);
+      // Split's kernels (tensor-core path): the default (Chunk4 up to 64 chunks, Walk4 above),
+      // then each of them at every context.
+      const std::pair<bc::SplitKernel, const char*> split_kernels[] = {
+          {bc::SplitKernel::Auto, "auto"},
+          {bc::SplitKernel::Chunk4, "chunk4"},
+          {bc::SplitKernel::Walk4, "walk4"},
+          {bc::SplitKernel::Warp1, "warp1"}};
+      for (const auto& [sk, sk_name] : split_kernels) {
+        if (D == 256 && sk != bc::SplitKernel::Auto) continue;  // (CUDA-core path: one kernel)
+        bc::set_attention_split_kernel(sk);
         const double ms = time_ms([&](int) { CK(bc::attention(a, nullptr)); }, 5, 100);
         const double gbs = 2.0 * kv * 2 / (ms * 1e-3) / 1e9;
         std::printf("%-10s %6d %6lld %6lld %-10s %10.2f %9.0f %6.1f%%\n", "attn-dec", 1,
                     (long long)ctx, (long long)D, sk_name, ms * 1e3, gbs, 100.0 * gbs / copy_gbs);
       }
-      bc::set_attention_split4_max_chunks(64);
+      bc::set_attention_split_kernel(bc::SplitKernel::Auto);
 
       // The same over an E4M3 cache (paged, blocks of 64 in order), written by kv_write_fp8 from
       // f32 rows whose top halves are fill_bf16's values. It reads codes [ctx, Hkv, D] and f32
@@ -613,16 +616,16 @@ int main(int argc, char** argv) {
       a8.k = a8.v = nullptr;
       a8.k8 = k8, a8.v8 = v8;
       a8.tables = iota, a8.row_table = iota, a8.table_stride = ctx / bs, a8.block_size = bs;
-      for (const auto& [max_chunks, sk_name] : split_kernels) {
-        if (D == 256 && max_chunks != 64) continue;
-        bc::set_attention_split4_max_chunks(max_chunks);
+      for (const auto& [sk, sk_name] : split_kernels) {
+        if (D == 256 && sk != bc::SplitKernel::Auto) continue;
+        bc::set_attention_split_kernel(sk);
         const double ms8 = time_ms([&](int) { CK(bc::attention(a8, nullptr)); }, 5, 100);
         const double gbs8 = 2.0 * kv8 / (ms8 * 1e-3) / 1e9;
         std::printf("%-10s %6d %6lld %6lld %-10s %10.2f %9.0f %6.1f%%\n", "attn-dec8", 1,
                     (long long)ctx, (long long)D, sk_name, ms8 * 1e3, gbs8,
                     100.0 * gbs8 / copy_gbs);
       }
-      bc::set_attention_split4_max_chunks(64);
+      bc::set_attention_split_kernel(bc::SplitKernel::Auto);
 
       // Prefill: the last 512 rows of a ctx-long prompt in one pass, and at ctx 4096 also a
       // whole 2,048-token prompt (rows 0..2047), both caches, kernels Fused and Block (Block:

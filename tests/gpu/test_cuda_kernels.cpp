@@ -1215,15 +1215,20 @@ void check_attention(const std::string& shape, basalt::AttentionArgs& ra, std::v
     check(same_bits(got.data(), whole.data(), bytes),
           shape + " " + ps.name + " == whole prefill, bitwise");
   }
-  // Split's one-warp kernel (contexts past the four-warp kernel's reach) on the same passes.
-  bc::set_attention_split4_max_chunks(0);
-  for (const AttnPass& ps : kAttnPasses)
-    if (ps.kern == bc::AttnKernel::Split) {
-      const auto got = run(ps.chunk ? ps.chunk : c.P, ps.kern);
-      check(same_bits(got.data(), whole.data(), bytes),
-            shape + " " + ps.name + " (one-warp split kernel) == whole prefill, bitwise");
-    }
-  bc::set_attention_split4_max_chunks(64);
+  // Split's other kernels on the same passes (the default at these contexts is Chunk4): Walk4
+  // (four warps walking groups of chunks, longer contexts), in 2 groups so that its three
+  // buffers wrap (P = 1100: 9 chunks a group), and Warp1 (one warp walking them).
+  for (const auto& [sk, sk_name] : {std::pair{bc::SplitKernel::Walk4, "walk4"},
+                                    std::pair{bc::SplitKernel::Warp1, "one-warp"}}) {
+    bc::set_attention_split_kernel(sk, sk == bc::SplitKernel::Walk4 ? 2 : 0);
+    for (const AttnPass& ps : kAttnPasses)
+      if (ps.kern == bc::AttnKernel::Split) {
+        const auto got = run(ps.chunk ? ps.chunk : c.P, ps.kern);
+        check(same_bits(got.data(), whole.data(), bytes),
+              shape + " " + ps.name + " (" + sk_name + " split kernel) == whole prefill, bitwise");
+      }
+  }
+  bc::set_attention_split_kernel(bc::SplitKernel::Auto);
 }
 
 void test_attention(AttnCase c, bool with_ref_all) {
@@ -1445,12 +1450,16 @@ void test_paged_attention() {
     dq.up(q), dkc.up(kc), dvc.up(vc), dpos.up(pos), drt.up(row_table), dtab.up(tables);
     const size_t ws_bytes = bc::attention_workspace_bytes(T, H, D, PA);
     Dev<float> ws(ws_bytes / 4 + 1);
-    for (int variant = 0; variant < 6; ++variant) {
-      // Split twice: the four-warp kernel, then the one-warp kernel.
-      const bc::AttnKernel kern = std::array{
-          bc::AttnKernel::Fused,   bc::AttnKernel::Split,     bc::AttnKernel::Block,
-          bc::AttnKernel::BlockWG, bc::AttnKernel::BlockWGPV, bc::AttnKernel::Split}[variant];
-      bc::set_attention_split4_max_chunks(variant == 5 ? 0 : 64);
+    for (int variant = 0; variant < 7; ++variant) {
+      // Split three times: Chunk4 (the default here), then Warp1, then Walk4.
+      const bc::AttnKernel kern =
+          std::array{bc::AttnKernel::Fused,   bc::AttnKernel::Split,     bc::AttnKernel::Block,
+                     bc::AttnKernel::BlockWG, bc::AttnKernel::BlockWGPV, bc::AttnKernel::Split,
+                     bc::AttnKernel::Split}[variant];
+      bc::set_attention_split_kernel(variant == 5   ? bc::SplitKernel::Warp1
+                                     : variant == 6 ? bc::SplitKernel::Walk4
+                                                    : bc::SplitKernel::Auto,
+                                     variant == 6 ? 1 : 0);
       dout.poison();
       bc::AttnArgs a;
       a.q = dq.p, a.k = dkc.p, a.v = dvc.p, a.out = dout.p;
@@ -1479,13 +1488,14 @@ void test_paged_attention() {
       check(ok, "paged attention block " + std::to_string(bs) +
                     (kern == bc::AttnKernel::Fused     ? " fused"
                      : variant == 5                    ? " split (one-warp kernel)"
+                     : variant == 6                    ? " split (walk4 kernel)"
                      : kern == bc::AttnKernel::Split   ? " split"
                      : kern == bc::AttnKernel::Block   ? " block"
                      : kern == bc::AttnKernel::BlockWG ? " block wgmma"
                                                        : " block wgmma pv") +
                     ": batch of 2 sequences == each row alone on a contiguous cache, bitwise");
     }
-    bc::set_attention_split4_max_chunks(64);
+    bc::set_attention_split_kernel(bc::SplitKernel::Auto);
   }
 }
 

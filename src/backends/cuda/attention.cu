@@ -323,17 +323,21 @@ __global__ void __launch_bounds__(32 * kWarps)
 // bits are those of the fused kernels' in-warp merge. Stages of 32 partials (the warp's 32 dims
 // and the (m, l) pair) stream through shared memory kStages - 1 ahead. merge()'s coefficients
 // a = exp(M' - M), b = exp(m - M) depend only on the running max M, which is exact (a prefix
-// max, taken by a warp scan), so lane i computes those of a stage's chunk i; each lane's chain
-// is then two multiplies and an add per chunk.
+// max, taken by a warp scan), so lane i computes those of a stage's chunk i and leaves them in
+// shared memory; each lane's chain is then two multiplies and an add per chunk, from three
+// shared-memory loads. A decode step has one such warp an SM (H100 at 32K: 513 chunks, ncu
+// 25 instructions a chunk at one issue per 2.9 cycles before the coefficients were shared and
+// the full stages unrolled; 4 stages in flight measured 18.5 µs).
 template <int D>
 __global__ void __launch_bounds__(32) attn_split_merge_kernel(AttnArgs a, int64_t max_chunks) {
   pdl_wait();
   pdl_trigger();
-  constexpr int kP = kPartFloats<D>, kStages = 4, kC = 32;  // kC: chunks a stage, one a lane
+  constexpr int kP = kPartFloats<D>, kStages = 8, kC = 32;  // kC: chunks a stage, one a lane
   constexpr int kW = 36;  // floats of a staged chunk: 32 dims, m, l, 2 unused
   constexpr int kSlices = D / 32;
   constexpr unsigned kAll = 0xffffffffu;
   __shared__ __align__(16) float part[kStages][kC * kW];
+  __shared__ float2 coef[kC];
   const int lane = threadIdx.x;
   const int64_t th = blockIdx.x / kSlices;
   const int slice = int(blockIdx.x % kSlices);
@@ -355,9 +359,15 @@ __global__ void __launch_bounds__(32) attn_split_merge_kernel(AttnArgs a, int64_
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) issue(st);
   float m_run = 0.0f, l = 0.0f, acc = 0.0f;
+  // st <- st ⊕ chunk i of the stage (merge()'s formula with the chunk's coefficients).
+  auto fold = [&](const float* ps, int i) {
+    const float2 f = coef[i];
+    l = __fadd_rn(__fmul_rn(l, f.x), __fmul_rn(ps[i * kW + 33], f.y));
+    acc = __fadd_rn(__fmul_rn(acc, f.x), __fmul_rn(ps[i * kW + lane], f.y));
+  };
   for (int64_t stage = 0; stage * kC < nc; ++stage) {
     cp_async_wait<kStages - 2>();
-    __syncwarp();  // the stage landed for every lane; the previous stage's slot is free
+    __syncwarp();  // the stage landed for every lane; the previous stage's slot and coef are free
     issue(stage + kStages - 1);
     const int64_t c0 = stage * kC;
     const int cnt = int(nc - c0 < kC ? nc - c0 : kC);
@@ -374,19 +384,19 @@ __global__ void __launch_bounds__(32) attn_split_merge_kernel(AttnArgs a, int64_
     if (c0 > 0) after = fmaxf(m_run, after);
     float before = __shfl_up_sync(kAll, after, 1);
     if (lane == 0) before = m_run;
-    const float ca = expf(__fsub_rn(before, after)), cb = expf(__fsub_rn(mc, after));
-#pragma unroll 4
-    for (int i = 0; i < cnt; ++i) {
-      const float fa = __shfl_sync(kAll, ca, i), fb = __shfl_sync(kAll, cb, i);
-      const float pd = ps[i * kW + lane], pl = ps[i * kW + 33];
-      if (c0 + i == 0) {
-        acc = pd, l = pl;
-        continue;
-      }
-      l = __fadd_rn(__fmul_rn(l, fa), __fmul_rn(pl, fb));
-      acc = __fadd_rn(__fmul_rn(acc, fa), __fmul_rn(pd, fb));
-    }
+    coef[lane] = make_float2(expf(__fsub_rn(before, after)), expf(__fsub_rn(mc, after)));
     m_run = __shfl_sync(kAll, after, cnt - 1);
+    __syncwarp();  // coef written
+    if (cnt == kC && c0 > 0) {
+#pragma unroll
+      for (int i = 0; i < kC; ++i) fold(ps, i);
+    } else {
+      int i = 0;
+      if (c0 == 0) acc = ps[lane], l = ps[33], i = 1;  // the first chunk is the state
+#pragma unroll 4
+      for (; i < cnt; ++i) fold(ps, i);
+    }
+    __syncwarp();  // coef read
   }
   cp_async_wait<0>();
   a.out[th * D + slice * 32 + lane] =
@@ -1203,26 +1213,38 @@ __global__ void __launch_bounds__(32 * kBlockTiles)
   mma_write_out<D>(a, m, st, lane);
 }
 
-// One warp per (KV head, tile, group of `per` chunks), two chunk buffers: the partials of the
-// tile's rows for each chunk of the group they see, in the workspace layout of
-// attn_split_chunks_kernel (merged by attn_split_merge_kernel). How chunks are grouped changes no
-// bits: each partial is computed alone.
+// Group g of the n_groups split blocks of a (KV head, tile) takes chunks [b, e) of a run that
+// sees c_seen chunks: an even share of the chunks the run actually sees. (The grid is sized for
+// the pass's max_pos, which the backend buckets to a power of two of chunks so that a recorded
+// decode step serves contexts up to twice the one recorded: sharing out max_pos's chunks left
+// the groups past the context idle, half the warps at 32K.) Each chunk is in one group; how
+// chunks are grouped changes no bits (each partial is computed alone).
+__device__ __forceinline__ void split_group_chunks(int64_t g, int64_t n_groups, int64_t c_seen,
+                                                   int64_t& b, int64_t& e) {
+  b = g * c_seen / n_groups;
+  e = (g + 1) * c_seen / n_groups;
+}
+
+// One warp per (KV head, tile, group of chunks), two chunk buffers (the next chunk's copy in
+// flight while one is computed; one buffer and 5 warps an SM instead of 3 measured 85.3 against
+// 80.5 µs at 32K): the partials of the tile's rows for each chunk of the group they see, in the
+// workspace layout of attn_split_chunks_kernel (merged by attn_split_merge_kernel). How chunks
+// are grouped changes no bits: each partial is computed alone.
 template <int D, bool F8>
 __global__ void __launch_bounds__(32)
-    attn_mma_split_kernel(AttnArgs a, int64_t n_tiles, int64_t max_chunks, int64_t per) {
+    attn_mma_split_kernel(AttnArgs a, int64_t n_tiles, int64_t max_chunks, int64_t n_groups) {
   pdl_wait();
   pdl_trigger();
   extern __shared__ __align__(16) char sm_mma[];
   const MmaWarpSmem<D, F8> sm(sm_mma, 2);
   const int lane = threadIdx.x;
-  const int64_t n_groups = (max_chunks + per - 1) / per;
   const int64_t g = blockIdx.x % n_groups, ht = blockIdx.x / n_groups;
   const MmaTile m = mma_tile(a, ht / n_tiles, ht % n_tiles, lane);
   bool q_loaded = false;
   const int cq = 2 * (lane & 3);
   mma_runs(m, lane, [&](uint32_t run, int64_t t_run, int last) {
-    const int64_t c_begin = g * per, c_seen = last / kAttnChunk + 1;
-    const int64_t c_end = c_begin + per < c_seen ? c_begin + per : c_seen;
+    int64_t c_begin, c_end;
+    split_group_chunks(g, n_groups, last / kAttnChunk + 1, c_begin, c_end);
     if (c_begin >= c_end) return;
     mma_walk<D, F8, 2>(
         a, m, run, t_run, last, c_begin, c_end, sm, lane,
@@ -1249,103 +1271,133 @@ __global__ void __launch_bounds__(32)
   });
 }
 
-// Split over the 4 warps of a block (passes whose rows see up to g_split4_max_chunks chunks):
-// block (KV head, tile, chunk c) computes the partial of chunk c for the tile's rows that
-// attn_mma_split_kernel's warp computes, with the work spread: the 128 threads copy K and V, warp
-// w runs the S chains of key tiles 2w, 2w + 1 (mma_chunk_weights' chains for those tiles), the
-// raw scores go through shared memory so that every warp runs mma_chunk_softmax on the chunk's
-// whole score tile (the same inputs: the same m, l and weights), and warp w runs Σ w·v
-// (mma_chunk_values) for its quarter of the output dims. The same partials, bit for bit; a
-// warp's serial instruction stream, which set the split kernel's time at short contexts
-// (H100, ncu: 2,600 instructions a warp at 4.4 cycles each, one warp an SM), is a quarter as long.
-int64_t g_split4_max_chunks = 64;  // set_attention_split4_max_chunks (tests, benchmarks)
-template <int D, bool F8>
+// Split over the 4 warps of a block: block (KV head, tile, group of chunks) computes the
+// partials of its chunks for the tile's rows that attn_mma_split_kernel's warp computes, with the
+// work spread: the 128 threads copy K and V, warp w runs the S chains of key tiles 2w, 2w + 1
+// (mma_chunk_weights' chains for those tiles), the raw scores go through shared memory so that
+// every warp runs mma_chunk_softmax on the chunk's whole score tile (the same inputs: the same m,
+// l and weights), and warp w runs Σ w·v (mma_chunk_values) for its quarter of the output dims.
+// The same partials, bit for bit; a warp's serial instruction stream, which set the one-warp
+// kernel's time at short contexts (H100, ncu: 2,600 instructions a warp at 4.4 cycles each, one
+// warp an SM), is a quarter as long. kBufs = 1 (Chunk4): a block a chunk, its copy then its
+// compute. kBufs = 3 (Walk4): chunks c + 1 and c + 2 in flight while chunk c is computed, two
+// blocks an SM; it pays on the FP8 cache, whose codes are widened once a block (launch_mma's
+// table), not at 32K, where the one-warp kernel's 3 warps an SM with no barriers do better.
+SplitKernel g_split_kernel = SplitKernel::Auto;  // set_attention_split_kernel (tests, benchmarks)
+int64_t g_split_groups = 0;
+constexpr int64_t kChunk4MaxChunks = 64;  // Auto: Chunk4 / Walk4 up to here, Warp1 above
+constexpr int kWalkBufs = 3;
+template <int D, bool F8, int kBufs>
 struct Split4Smem {
   using L = MmaSmem<D>;
   static constexpr int kBufOff = L::kQBytes;
-  static constexpr int kScoreOff = L::kQBytes + L::buf_bytes(F8) + (F8 ? L::kTileBytes : 0);
+  static constexpr int kScoreOff = L::kQBytes + kBufs * L::buf_bytes(F8) + (F8 ? L::kTileBytes : 0);
   static constexpr int kBytes = kScoreOff + 8 * 32 * 16;  // [8 key tiles][32 lanes] float4
 };
 
-template <int D, bool F8>
+template <int D, bool F8, int kBufs>
 __global__ void __launch_bounds__(128)
-    attn_mma_split4_kernel(AttnArgs a, int64_t n_tiles, int64_t max_chunks) {
+    attn_mma_split4_kernel(AttnArgs a, int64_t n_tiles, int64_t max_chunks, int64_t n_groups) {
   pdl_wait();
   pdl_trigger();
-  using S4 = Split4Smem<D, F8>;
+  using S4 = Split4Smem<D, F8, kBufs>;
   extern __shared__ __align__(16) char sm4[];
-  const MmaWarpSmem<D, F8> sm(sm4, sm4 + S4::kBufOff, 1);
+  const MmaWarpSmem<D, F8> sm(sm4, sm4 + S4::kBufOff, kBufs);
   float4* const scores = reinterpret_cast<float4*>(sm4 + S4::kScoreOff);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int64_t c = blockIdx.x % max_chunks, ht = blockIdx.x / max_chunks;
+  const int64_t g = blockIdx.x % n_groups, ht = blockIdx.x / n_groups;
   const MmaTile m = mma_tile(a, ht / n_tiles, ht % n_tiles, lane);
   bool q_loaded = false;
   const int cq = 2 * (lane & 3);
   // (Every warp computes the same tile, runs and lasts: the control flow is the block's.)
   mma_runs(m, lane, [&](uint32_t run, int64_t t_run, int last) {
-    if (c > last / kAttnChunk) return;
-    const int64_t nl = last - c * kAttnChunk + 1;
-    __syncthreads();  // a previous run's tiles and scores are no longer read
-    mma_issue_kv<D, F8, 128>(a, m, t_run, c * kAttnChunk, int(nl < kAttnChunk ? nl : kAttnChunk),
-                             sm, 0, tid);
+    int64_t c_begin, c_end;
+    split_group_chunks(g, n_groups, last / kAttnChunk + 1, c_begin, c_end);
+    if (c_begin >= c_end) return;
+    // Chunk c's copy into buffer b, one cp.async group a thread (an empty one past c_end, so
+    // every thread's group count is the same).
+    auto issue = [&](int64_t c, int b) {
+      if (c >= c_end) return cp_async_commit();
+      const int64_t nl = last - c * kAttnChunk + 1;
+      mma_issue_kv<D, F8, 128>(a, m, t_run, c * kAttnChunk, int(nl < kAttnChunk ? nl : kAttnChunk),
+                               sm, b, tid);
+    };
+    __syncthreads();  // a previous run's buffers, tiles and scores are no longer read
+#pragma unroll
+    for (int b = 0; b < (kBufs > 1 ? kBufs - 1 : 1); ++b) issue(c_begin + b, b);
     if (!q_loaded) {
       if (warp == 0) mma_load_q<D>(a, m, sm.qs, lane);
       q_loaded = true;
     }
-    cp_async_wait<0>();
-    __syncthreads();
-    if constexpr (F8) {
-      mma_widen_kv<D, 128>(sm, 0, tid);
-      __syncthreads();
-    }
-    // Key tiles 2w, 2w + 1: q_hi's chain over D continued by q_lo's, as mma_chunk_weights.
-    float s2[2][4];
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s2[i][e] = 0.0f;
-#pragma unroll
-    for (int part = 0; part < 2; ++part) {
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t af[4], bk[4];
-        ldmatrix_x4(af,
-                    sm.qs + part * kMmaRows * D + MmaSmem<D>::at(lane & 15, 2 * kk + (lane >> 4)));
-        ldmatrix_x4(bk, sm.ks(0) + MmaSmem<D>::at(16 * warp + (lane & 7) + ((lane >> 4) << 3),
-                                                  2 * kk + ((lane >> 3) & 1)));
-        mma_bf16(s2[0], af, bk[0], bk[1]);
-        mma_bf16(s2[1], af, bk[2], bk[3]);
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      const int i = int(c - c_begin), b = i % kBufs;
+      if constexpr (kBufs == 1) {
+        if (i > 0) {
+          __syncthreads();  // chunk c - 1's buffer is no longer read
+          issue(c, 0);
+        }
+        cp_async_wait<0>();
+      } else {
+        cp_async_wait<kBufs - 2>();  // chunk c's group (kBufs - 2 later ones may be pending)
       }
-    }
+      // Chunk c's copy is visible to every thread; every thread is done with chunk c - 1 (its
+      // buffer, the widened tiles, the scores).
+      __syncthreads();
+      if constexpr (kBufs > 1) issue(c + kBufs - 1, (i + kBufs - 1) % kBufs);
+      if constexpr (F8) {
+        mma_widen_kv<D, 128>(sm, b, tid);
+        __syncthreads();
+      }
+      // Key tiles 2w, 2w + 1: q_hi's chain over D continued by q_lo's, as mma_chunk_weights.
+      float s2[2][4];
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
-      scores[(2 * warp + i) * 32 + lane] = make_float4(s2[i][0], s2[i][1], s2[i][2], s2[i][3]);
-    __syncthreads();
-    float s[8][4];
+      for (int i2 = 0; i2 < 2; ++i2)
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      const float4 v = scores[nt * 32 + lane];
-      s[nt][0] = v.x, s[nt][1] = v.y, s[nt][2] = v.z, s[nt][3] = v.w;
-    }
-    MmaChunk ch;
-    mma_row_keys(m, run, c * kAttnChunk, lane, ch.n);
-    mma_chunk_softmax<F8>(s, ch.n, a.scale, F8 ? sm.ksc(0) : nullptr, F8 ? sm.vsc(0) : nullptr,
-                          lane, ch.m, ch.l, ch.ph, ch.pl);
-    constexpr int kDpPerWarp = D / 16 / 4;
+        for (int e = 0; e < 4; ++e) s2[i2][e] = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kDpPerWarp; ++i) {
-      const int dp = warp * kDpPerWarp + i;
-      float o[2][4];
-      mma_chunk_values<D>(sm.vs(0), ch.ph, ch.pl, dp, lane, o);
+      for (int part = 0; part < 2; ++part) {
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        if (ch.n[half] == 0) continue;
-        float* w = a.workspace + (m.th[half] * max_chunks + c) * kPartFloats<D>;
+        for (int kk = 0; kk < D / 16; ++kk) {
+          uint32_t af[4], bk[4];
+          ldmatrix_x4(
+              af, sm.qs + part * kMmaRows * D + MmaSmem<D>::at(lane & 15, 2 * kk + (lane >> 4)));
+          ldmatrix_x4(bk, sm.ks(b) + MmaSmem<D>::at(16 * warp + (lane & 7) + ((lane >> 4) << 3),
+                                                    2 * kk + ((lane >> 3) & 1)));
+          mma_bf16(s2[0], af, bk[0], bk[1]);
+          mma_bf16(s2[1], af, bk[2], bk[3]);
+        }
+      }
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
-          *reinterpret_cast<float2*>(w + 8 * (2 * dp + j) + cq) =
-              make_float2(o[j][2 * half], o[j][2 * half + 1]);
-        if (dp == 0 && (lane & 3) == 0) w[D] = ch.m[half], w[D + 1] = ch.l[half];
+      for (int i2 = 0; i2 < 2; ++i2)
+        scores[(2 * warp + i2) * 32 + lane] =
+            make_float4(s2[i2][0], s2[i2][1], s2[i2][2], s2[i2][3]);
+      __syncthreads();
+      float s[8][4];
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const float4 v = scores[nt * 32 + lane];
+        s[nt][0] = v.x, s[nt][1] = v.y, s[nt][2] = v.z, s[nt][3] = v.w;
+      }
+      MmaChunk ch;
+      mma_row_keys(m, run, c * kAttnChunk, lane, ch.n);
+      mma_chunk_softmax<F8>(s, ch.n, a.scale, F8 ? sm.ksc(b) : nullptr, F8 ? sm.vsc(b) : nullptr,
+                            lane, ch.m, ch.l, ch.ph, ch.pl);
+      constexpr int kDpPerWarp = D / 16 / 4;
+#pragma unroll
+      for (int i2 = 0; i2 < kDpPerWarp; ++i2) {
+        const int dp = warp * kDpPerWarp + i2;
+        float o[2][4];
+        mma_chunk_values<D>(sm.vs(b), ch.ph, ch.pl, dp, lane, o);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          if (ch.n[half] == 0) continue;
+          float* w = a.workspace + (m.th[half] * max_chunks + c) * kPartFloats<D>;
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+            *reinterpret_cast<float2*>(w + 8 * (2 * dp + j) + cq) =
+                make_float2(o[j][2 * half], o[j][2 * half + 1]);
+          if (dp == 0 && (lane & 3) == 0) w[D] = ch.m[half], w[D + 1] = ch.l[half];
+        }
       }
     }
   });
@@ -1385,24 +1437,47 @@ cudaError_t launch_mma(const AttnArgs& a, cudaStream_t s, AttnKernel k) {
                       kSmem, s, small_pdl(a.T <= kPdlRows), a, n_tiles);
   }
   const int64_t max_chunks = n_chunks(max_pos_of(a));
-  if (max_chunks <= g_split4_max_chunks) {
-    constexpr int kSmem4 = Split4Smem<D, F8>::kBytes;
-    if ((e = allow_smem<attn_mma_split4_kernel<D, F8>>(kSmem4)) != cudaSuccess) return e;
-    e = launch_pdl(attn_mma_split4_kernel<D, F8>, dim3(unsigned(a.Hkv * n_tiles * max_chunks)),
-                   dim3(128), kSmem4, s, small_pdl(a.T <= kPdlRows), a, n_tiles, max_chunks);
+  // Auto (H100, `bench_cuda_kernels attention`, µs a decode step of llama-3.1-8b's shape,
+  // Chunk4 / Walk4 / Warp1): bf16 cache 17.0 / 16.8 / 18.8 at context 512, 21.3 / 22.9 / 24.0
+  // at 4,096, 101.4 / 83.8 / 80.5 at 32K; FP8 cache 18.0 / 18.1 / 21.7, 28.6 / 24.5 / 28.2,
+  // 119.4 / 100.2 / 96.4.
+  const SplitKernel sk = g_split_kernel != SplitKernel::Auto ? g_split_kernel
+                         : max_chunks > kChunk4MaxChunks     ? SplitKernel::Warp1
+                         : F8                                ? SplitKernel::Walk4
+                                                             : SplitKernel::Chunk4;
+  // Walk4 and Warp1: as many groups of chunks a (KV head, tile) as fit on the chip at once (228 KB
+  // of shared memory an SM, 1 KB of it reserved a block), so each block walks its chunks with
+  // the next copies in flight; Chunk4: a group a chunk.
+  auto groups_for = [&](int smem) {
+    if (g_split_groups > 0) return g_split_groups;
+    const int64_t resident = int64_t(sm_count()) * ((228 * 1024) / (smem + 1024));
+    const int64_t gr = resident / (a.Hkv * n_tiles);
+    return gr < 1 ? int64_t(1) : gr > max_chunks ? max_chunks : gr;
+  };
+  if (sk == SplitKernel::Chunk4 || sk == SplitKernel::Walk4) {
+    const bool walk = sk == SplitKernel::Walk4;
+    constexpr int kSmem1 = Split4Smem<D, F8, 1>::kBytes,
+                  kSmemW = Split4Smem<D, F8, kWalkBufs>::kBytes;
+    const int64_t groups = walk ? groups_for(kSmemW) : max_chunks;
+    const dim3 grid(unsigned(a.Hkv * n_tiles * groups));
+    if (walk) {
+      if ((e = allow_smem<attn_mma_split4_kernel<D, F8, kWalkBufs>>(kSmemW)) != cudaSuccess)
+        return e;
+      e = launch_pdl(attn_mma_split4_kernel<D, F8, kWalkBufs>, grid, dim3(128), kSmemW, s,
+                     small_pdl(a.T <= kPdlRows), a, n_tiles, max_chunks, groups);
+    } else {
+      if ((e = allow_smem<attn_mma_split4_kernel<D, F8, 1>>(kSmem1)) != cudaSuccess) return e;
+      e = launch_pdl(attn_mma_split4_kernel<D, F8, 1>, grid, dim3(128), kSmem1, s,
+                     small_pdl(a.T <= kPdlRows), a, n_tiles, max_chunks, groups);
+    }
     if (e != cudaSuccess) return e;
     return launch_merge<D>(a, s, max_chunks);
   }
   constexpr int kSmem = MmaSmem<D>::bytes(F8, 2);
-  // Longer contexts: chunks per warp, enough that the warps fit on the chip at once (227 KB of
-  // shared memory a block, 228 an SM), so each walks its chunks with the next copy in flight.
-  const int64_t items = a.Hkv * n_tiles * max_chunks;
-  const int64_t resident = int64_t(sm_count()) * ((227 * 1024) / kSmem);
-  const int64_t per = (items + resident - 1) / resident;
-  const int64_t groups = (max_chunks + per - 1) / per;
+  const int64_t groups = groups_for(kSmem);
   if ((e = allow_smem<attn_mma_split_kernel<D, F8>>(kSmem)) != cudaSuccess) return e;
   e = launch_pdl(attn_mma_split_kernel<D, F8>, dim3(unsigned(a.Hkv * n_tiles * groups)), dim3(32),
-                 kSmem, s, small_pdl(a.T <= kPdlRows), a, n_tiles, max_chunks, per);
+                 kSmem, s, small_pdl(a.T <= kPdlRows), a, n_tiles, max_chunks, groups);
   if (e != cudaSuccess) return e;
   return launch_merge<D>(a, s, max_chunks);
 }
@@ -1430,8 +1505,9 @@ bool attention_may_split(int64_t T, int64_t H, int64_t Hkv, int64_t D) {
   return T * H < kAttnSplitMaxWarps;
 }
 
-void set_attention_split4_max_chunks(int64_t n) {
-  g_split4_max_chunks = n;
+void set_attention_split_kernel(SplitKernel k, int64_t groups) {
+  g_split_kernel = k;
+  g_split_groups = groups;
 }
 
 size_t attention_workspace_bytes(int64_t T, int64_t H, int64_t D, int64_t n_pos) {

@@ -284,10 +284,14 @@ constexpr int64_t kAttnSplitMaxWarps = 2048;
 // cache types.
 bool attention_may_split(int64_t T, int64_t H, int64_t Hkv, int64_t D);
 size_t attention_workspace_bytes(int64_t T, int64_t H, int64_t D, int64_t n_pos);
-// Split's kernel on the tensor-core path (D 64 / 128): four warps a chunk where the pass's rows
-// see at most n chunks (default 64: contexts up to 4,096), one warp walking several chunks above.
-// The same bits either way (tests/gpu runs both); for tests and benchmarks.
-void set_attention_split4_max_chunks(int64_t n);
+// Split's kernels on the tensor-core path (D 64 / 128), the same bits each (tests/gpu runs every
+// one): Chunk4, a block of four warps a chunk; Walk4, four warps walking a group of chunks through
+// a three-stage copy pipeline; Warp1, one warp walking a group of chunks. Auto: where the pass's
+// rows see at most 64 chunks (contexts up to 4,096), Chunk4 on a bf16 cache and Walk4 on an FP8
+// one; Warp1 above. groups > 0: blocks a (KV head, tile) for Walk4 and Warp1, each walking an
+// even share of the chunks (0: as many as fit on the chip at once). For tests and benchmarks.
+enum class SplitKernel : uint8_t { Auto, Chunk4, Walk4, Warp1 };
+void set_attention_split_kernel(SplitKernel k, int64_t groups = 0);
 cudaError_t attention(const AttnArgs& a, cudaStream_t s, AttnKernel kernel = AttnKernel::Auto);
 
 // --- hybrid models (Gated DeltaNet) and mixture-of-experts --------------------------------
