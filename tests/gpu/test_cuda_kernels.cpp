@@ -1499,6 +1499,38 @@ void test_paged_attention() {
   }
 }
 
+// Decode at a long context: one row at position P - 1 over a contiguous bf16 cache of P keys,
+// every Split kernel (P past 16,384: the merge keeps its long-context stage ring) == Fused,
+// bitwise, with max_pos bucketed as the backend does (the grid sized for twice the chunks seen).
+void test_long_decode_attention(int64_t P, int64_t H, int64_t Hkv, int64_t D) {
+  auto q = rand_f32(H * D, -2, 2);
+  auto k = rand_bf16(P * Hkv * D, -2, 2), v = rand_bf16(P * Hkv * D);
+  Dev<float> dq(q.size());
+  Dev<uint16_t> dk(k.size()), dv(v.size()), dout(H * D);
+  dq.up(q), dk.up(k), dv.up(v);
+  bc::AttnArgs a;
+  a.q = dq.p, a.k = dk.p, a.v = dv.p, a.out = dout.p;
+  a.T = 1, a.H = H, a.Hkv = Hkv, a.D = D, a.scale = 0.088f, a.pos0 = P - 1;
+  CK(bc::attention(a, nullptr, bc::AttnKernel::Fused));
+  const auto fused = dout.down();
+  a.max_pos = 2 * ((P - 1) / 64 + 1) * 64 - 1;
+  const size_t ws_bytes = bc::attention_workspace_bytes(1, H, D, a.max_pos + 1);
+  Dev<float> ws(ws_bytes / 4 + 1);
+  a.workspace = ws.p, a.workspace_bytes = ws_bytes;
+  for (const auto& [sk, name] :
+       {std::pair{bc::SplitKernel::Auto, "auto"}, std::pair{bc::SplitKernel::Chunk4, "chunk4"},
+        std::pair{bc::SplitKernel::Walk4, "walk4"}, std::pair{bc::SplitKernel::Warp1, "warp1"}}) {
+    bc::set_attention_split_kernel(sk);
+    dout.poison();
+    CK(bc::attention(a, nullptr, bc::AttnKernel::Split));
+    const auto got = dout.down();
+    check(same_bits(got.data(), fused.data(), H * D * 2),
+          "decode attention at position " + std::to_string(P - 1) + " (max_pos " +
+              std::to_string(a.max_pos) + ") split " + name + " == fused, bitwise");
+  }
+  bc::set_attention_split_kernel(bc::SplitKernel::Auto);
+}
+
 // Attention over an E4M3 cache (AttnArgs::k8/v8, paged only): one sequence's K/V rows written by
 // kv_write_fp8 into shuffled blocks of `bs` positions (2 spare blocks; unwritten rows NaN, so a
 // read past position P - 1 shows). Checked: the cache == ref::kv_fp8_encode, bitwise; the whole
@@ -2226,6 +2258,8 @@ int main() {
   test_attention({130, 4, 2, 32}, true);
   test_attention({170, 8, 2, 256}, true);  // Qwen3.5 and Qwen3-Next heads
   test_attention({1100, 32, 8, 128}, false);
+  test_long_decode_attention(17000, 32, 8, 128);
+  test_long_decode_attention(20000, 16, 4, 64);
   test_small_ops();
   test_rope_kv_write();
   test_argmax();

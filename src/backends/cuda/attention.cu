@@ -327,7 +327,8 @@ __global__ void __launch_bounds__(32 * kWarps)
 // shared memory; each lane's chain is then two multiplies and an add per chunk, from three
 // shared-memory loads. A decode step has one such warp an SM (H100 at 32K: 513 chunks, ncu
 // 25 instructions a chunk at one issue per 2.9 cycles before the coefficients were shared and
-// the full stages unrolled; 4 stages in flight measured 18.5 µs).
+// the full stages unrolled; 4 stages in flight measured 18.5 µs, 8 stages 15.2 µs; 24 stages
+// for contexts past 16K measured no faster end to end).
 template <int D>
 __global__ void __launch_bounds__(32) attn_split_merge_kernel(AttnArgs a, int64_t max_chunks) {
   pdl_wait();
@@ -690,6 +691,34 @@ __device__ __forceinline__ void mma_chunk_softmax(float (&s)[8][4], const int (&
     }
 }
 
+// The S chains of key tiles 2·np0 .. 2·(np0 + NP) - 1 of a chunk (n8 tiles of 8 keys) for the
+// tile's rows: q_hi's chain over D continued by q_lo's, from q at qs and K at ks in MmaSmem's
+// layout; s[i] the m16n8 accumulator of key tile 2·np0 + i. Every kernel's scores come from here.
+template <int D, int NP>
+__device__ __forceinline__ void mma_chunk_scores(const bf16_bits* qs, const bf16_bits* ks, int np0,
+                                                 int lane, float (&s)[2 * NP][4]) {
+#pragma unroll
+  for (int nt = 0; nt < 2 * NP; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
+#pragma unroll
+  for (int part = 0; part < 2; ++part) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t af[4];
+      ldmatrix_x4(af, qs + part * kMmaRows * D + MmaSmem<D>::at(lane & 15, 2 * kk + (lane >> 4)));
+#pragma unroll
+      for (int np = 0; np < NP; ++np) {
+        uint32_t bk[4];
+        ldmatrix_x4(bk, ks + MmaSmem<D>::at(16 * (np0 + np) + (lane & 7) + ((lane >> 4) << 3),
+                                            2 * kk + ((lane >> 3) & 1)));
+        mma_bf16(s[2 * np], af, bk[0], bk[1]);
+        mma_bf16(s[2 * np + 1], af, bk[2], bk[3]);
+      }
+    }
+  }
+}
+
 // One chunk's scores for the tile (mma.sync chains from shared memory), then its softmax
 // statistics and weights (mma_chunk_softmax).
 template <int D, bool F8>
@@ -698,27 +727,7 @@ __device__ __forceinline__ void mma_chunk_weights(const MmaWarpSmem<D, F8>& sm, 
                                                   float (&m)[2], float (&l)[2],
                                                   uint32_t (&p_hi)[4][4], uint32_t (&p_lo)[4][4]) {
   float s[8][4];
-#pragma unroll
-  for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
-#pragma unroll
-  for (int part = 0; part < 2; ++part) {
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t af[4];
-      ldmatrix_x4(af,
-                  sm.qs + part * kMmaRows * D + MmaSmem<D>::at(lane & 15, 2 * kk + (lane >> 4)));
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        uint32_t bk[4];
-        ldmatrix_x4(bk, sm.ks(b) + MmaSmem<D>::at(16 * np + (lane & 7) + ((lane >> 4) << 3),
-                                                  2 * kk + ((lane >> 3) & 1)));
-        mma_bf16(s[2 * np], af, bk[0], bk[1]);
-        mma_bf16(s[2 * np + 1], af, bk[2], bk[3]);
-      }
-    }
-  }
+  mma_chunk_scores<D, 4>(sm.qs, sm.ks(b), 0, lane, s);
   mma_chunk_softmax<F8>(s, n, scale, F8 ? sm.ksc(b) : nullptr, F8 ? sm.vsc(b) : nullptr, lane, m, l,
                         p_hi, p_lo);
 }
@@ -1213,6 +1222,26 @@ __global__ void __launch_bounds__(32 * kBlockTiles)
   mma_write_out<D>(a, m, st, lane);
 }
 
+// Split: output dims 16·dp .. 16·dp + 15 of chunk c's partial (o from mma_chunk_values) for the
+// tile's rows that see the chunk, and (dp == 0) its m and l, into the workspace.
+template <int D>
+__device__ __forceinline__ void mma_store_partial(const AttnArgs& a, const MmaTile& m,
+                                                  int64_t max_chunks, int64_t c, int dp,
+                                                  const MmaChunk& ch, const float (&o)[2][4],
+                                                  int lane) {
+  const int cq = 2 * (lane & 3);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    if (ch.n[half] == 0) continue;
+    float* w = a.workspace + (m.th[half] * max_chunks + c) * kPartFloats<D>;
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+      *reinterpret_cast<float2*>(w + 8 * (2 * dp + i) + cq) =
+          make_float2(o[i][2 * half], o[i][2 * half + 1]);
+    if (dp == 0 && (lane & 3) == 0) w[D] = ch.m[half], w[D + 1] = ch.l[half];
+  }
+}
+
 // Group g of the n_groups split blocks of a (KV head, tile) takes chunks [b, e) of a run that
 // sees c_seen chunks: an even share of the chunks the run actually sees. (The grid is sized for
 // the pass's max_pos, which the backend buckets to a power of two of chunks so that a recorded
@@ -1241,7 +1270,6 @@ __global__ void __launch_bounds__(32)
   const int64_t g = blockIdx.x % n_groups, ht = blockIdx.x / n_groups;
   const MmaTile m = mma_tile(a, ht / n_tiles, ht % n_tiles, lane);
   bool q_loaded = false;
-  const int cq = 2 * (lane & 3);
   mma_runs(m, lane, [&](uint32_t run, int64_t t_run, int last) {
     int64_t c_begin, c_end;
     split_group_chunks(g, n_groups, last / kAttnChunk + 1, c_begin, c_end);
@@ -1256,16 +1284,7 @@ __global__ void __launch_bounds__(32)
           for (int dp = 0; dp < D / 16; ++dp) {
             float o[2][4];
             mma_chunk_values<D>(vs, ch.ph, ch.pl, dp, lane, o);
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-              if (ch.n[half] == 0) continue;
-              float* w = a.workspace + (m.th[half] * max_chunks + c) * kPartFloats<D>;
-#pragma unroll
-              for (int i = 0; i < 2; ++i)
-                *reinterpret_cast<float2*>(w + 8 * (2 * dp + i) + cq) =
-                    make_float2(o[i][2 * half], o[i][2 * half + 1]);
-              if (dp == 0 && (lane & 3) == 0) w[D] = ch.m[half], w[D + 1] = ch.l[half];
-            }
+            mma_store_partial<D>(a, m, max_chunks, c, dp, ch, o, lane);
           }
         });
   });
@@ -1308,7 +1327,6 @@ __global__ void __launch_bounds__(128)
   const int64_t g = blockIdx.x % n_groups, ht = blockIdx.x / n_groups;
   const MmaTile m = mma_tile(a, ht / n_tiles, ht % n_tiles, lane);
   bool q_loaded = false;
-  const int cq = 2 * (lane & 3);
   // (Every warp computes the same tile, runs and lasts: the control flow is the block's.)
   mma_runs(m, lane, [&](uint32_t run, int64_t t_run, int last) {
     int64_t c_begin, c_end;
@@ -1348,25 +1366,9 @@ __global__ void __launch_bounds__(128)
         mma_widen_kv<D, 128>(sm, b, tid);
         __syncthreads();
       }
-      // Key tiles 2w, 2w + 1: q_hi's chain over D continued by q_lo's, as mma_chunk_weights.
+      // Key tiles 2w, 2w + 1 (mma_chunk_weights' chains for those tiles).
       float s2[2][4];
-#pragma unroll
-      for (int i2 = 0; i2 < 2; ++i2)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s2[i2][e] = 0.0f;
-#pragma unroll
-      for (int part = 0; part < 2; ++part) {
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-          uint32_t af[4], bk[4];
-          ldmatrix_x4(
-              af, sm.qs + part * kMmaRows * D + MmaSmem<D>::at(lane & 15, 2 * kk + (lane >> 4)));
-          ldmatrix_x4(bk, sm.ks(b) + MmaSmem<D>::at(16 * warp + (lane & 7) + ((lane >> 4) << 3),
-                                                    2 * kk + ((lane >> 3) & 1)));
-          mma_bf16(s2[0], af, bk[0], bk[1]);
-          mma_bf16(s2[1], af, bk[2], bk[3]);
-        }
-      }
+      mma_chunk_scores<D, 1>(sm.qs, sm.ks(b), warp, lane, s2);
 #pragma unroll
       for (int i2 = 0; i2 < 2; ++i2)
         scores[(2 * warp + i2) * 32 + lane] =
@@ -1388,16 +1390,7 @@ __global__ void __launch_bounds__(128)
         const int dp = warp * kDpPerWarp + i2;
         float o[2][4];
         mma_chunk_values<D>(sm.vs(b), ch.ph, ch.pl, dp, lane, o);
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          if (ch.n[half] == 0) continue;
-          float* w = a.workspace + (m.th[half] * max_chunks + c) * kPartFloats<D>;
-#pragma unroll
-          for (int j = 0; j < 2; ++j)
-            *reinterpret_cast<float2*>(w + 8 * (2 * dp + j) + cq) =
-                make_float2(o[j][2 * half], o[j][2 * half + 1]);
-          if (dp == 0 && (lane & 3) == 0) w[D] = ch.m[half], w[D + 1] = ch.l[half];
-        }
+        mma_store_partial<D>(a, m, max_chunks, c, dp, ch, o, lane);
       }
     }
   });
