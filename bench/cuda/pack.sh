@@ -7,8 +7,11 @@
 # scripts (ab_session.sh). PEER=FILE adds a peer engine's benchmark binary (llama.cpp's
 # llama-bench built with CUDA for sm_90a, outside this repository) as build-cuda/peer/ for
 # peer_session.sh; with it the archive nears the 64 MiB a call may carry (llama-bench alone is
-# ~42 MB compressed): NO_TESTS=1 leaves the GPU test binaries out. build-pack is git-ignored; carry it and start the call with
-# `tar -xJf build-pack/bc.tar.xz`. BUILD (default build) is the build folder.
+# ~42 MB compressed, 41 MB at xz -9e): NO_TESTS=1 leaves the GPU test binaries out, and the
+# tracked tree (~30 MB, mostly models/ and tests/golden/) must leave the checkout for that call
+# (`rm -rf models tests/golden`, then `git checkout -- models tests/golden`). build-pack is
+# git-ignored; carry it and start the call with `tar -xJf build-pack/bc.tar.xz`. BUILD (default
+# build) is the build folder.
 set -eu
 BUILD=${BUILD:-build}
 root=$(cd "$(dirname "$0")/../.." && pwd)
