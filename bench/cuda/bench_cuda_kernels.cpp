@@ -577,8 +577,8 @@ int main(int argc, char** argv) {
       a.scale = 0.088f;
       a.workspace = ws;
       a.workspace_bytes = wsb;
-      // Split's kernels (tensor-core path): the default (Chunk4 up to 64 chunks, Walk4 above),
-      // then each of them at every context.
+      // Split's kernels (tensor-core path): Auto's choice (up to 64 chunks Chunk4 on the bf16
+      // cache and Walk4 on the FP8 one, Warp1 above), then each of them at every context.
       const std::pair<bc::SplitKernel, const char*> split_kernels[] = {
           {bc::SplitKernel::Auto, "auto"},
           {bc::SplitKernel::Chunk4, "chunk4"},

@@ -1215,9 +1215,9 @@ void check_attention(const std::string& shape, basalt::AttentionArgs& ra, std::v
     check(same_bits(got.data(), whole.data(), bytes),
           shape + " " + ps.name + " == whole prefill, bitwise");
   }
-  // Split's other kernels on the same passes (the default at these contexts is Chunk4): Walk4
-  // (four warps walking groups of chunks, longer contexts), in 2 groups so that its three
-  // buffers wrap (P = 1100: 9 chunks a group), and Warp1 (one warp walking them).
+  // Split's kernels past Auto's choice at these contexts (Chunk4 on a bf16 cache, Walk4 with
+  // groups as many as fit on an FP8 one) on the same passes: Walk4 in 2 groups, so that its
+  // three buffers wrap (P = 1100: 9 chunks a group), and Warp1 (one warp walking the chunks).
   for (const auto& [sk, sk_name] : {std::pair{bc::SplitKernel::Walk4, "walk4"},
                                     std::pair{bc::SplitKernel::Warp1, "one-warp"}}) {
     bc::set_attention_split_kernel(sk, sk == bc::SplitKernel::Walk4 ? 2 : 0);
@@ -1500,8 +1500,9 @@ void test_paged_attention() {
 }
 
 // Decode at a long context: one row at position P - 1 over a contiguous bf16 cache of P keys,
-// every Split kernel (P past 16,384: the merge keeps its long-context stage ring) == Fused,
-// bitwise, with max_pos bucketed as the backend does (the grid sized for twice the chunks seen).
+// every Split kernel (groups sharing out the chunks seen, merge over hundreds of chunks) ==
+// Fused, bitwise, with max_pos bucketed as the backend does (the grid sized for twice the chunks
+// seen).
 void test_long_decode_attention(int64_t P, int64_t H, int64_t Hkv, int64_t D) {
   auto q = rand_f32(H * D, -2, 2);
   auto k = rand_bf16(P * Hkv * D, -2, 2), v = rand_bf16(P * Hkv * D);

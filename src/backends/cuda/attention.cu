@@ -1304,7 +1304,7 @@ __global__ void __launch_bounds__(32)
 // table), not at 32K, where the one-warp kernel's 3 warps an SM with no barriers do better.
 SplitKernel g_split_kernel = SplitKernel::Auto;  // set_attention_split_kernel (tests, benchmarks)
 int64_t g_split_groups = 0;
-constexpr int64_t kChunk4MaxChunks = 64;  // Auto: Chunk4 / Walk4 up to here, Warp1 above
+constexpr int64_t kSplit4MaxChunks = 64;  // Auto: Chunk4 / Walk4 up to here, Warp1 above
 constexpr int kWalkBufs = 3;
 template <int D, bool F8, int kBufs>
 struct Split4Smem {
@@ -1396,6 +1396,19 @@ __global__ void __launch_bounds__(128)
   });
 }
 
+// One Split pass: Kern (a split kernel taking (a, n_tiles, max_chunks, groups)) on
+// Hkv · n_tiles · groups blocks of `threads` with `smem` bytes of shared memory, then the merge.
+template <auto Kern, int D>
+cudaError_t launch_split(const AttnArgs& a, cudaStream_t s, int smem, int threads, int64_t n_tiles,
+                         int64_t max_chunks, int64_t groups) {
+  cudaError_t e = allow_smem<Kern>(smem);
+  if (e != cudaSuccess) return e;
+  e = launch_pdl(Kern, dim3(unsigned(a.Hkv * n_tiles * groups)), dim3(threads), smem, s,
+                 small_pdl(a.T <= kPdlRows), a, n_tiles, max_chunks, groups);
+  if (e != cudaSuccess) return e;
+  return launch_merge<D>(a, s, max_chunks);
+}
+
 // k: the kernel attention() resolved (not Auto); BlockWG / BlockWGPV run Block on an FP8 cache.
 template <int D, bool F8>
 cudaError_t launch_mma(const AttnArgs& a, cudaStream_t s, AttnKernel k) {
@@ -1435,7 +1448,7 @@ cudaError_t launch_mma(const AttnArgs& a, cudaStream_t s, AttnKernel k) {
   // at 4,096, 101.4 / 83.8 / 80.5 at 32K; FP8 cache 18.0 / 18.1 / 21.7, 28.6 / 24.5 / 28.2,
   // 119.4 / 100.2 / 96.4.
   const SplitKernel sk = g_split_kernel != SplitKernel::Auto ? g_split_kernel
-                         : max_chunks > kChunk4MaxChunks     ? SplitKernel::Warp1
+                         : max_chunks > kSplit4MaxChunks     ? SplitKernel::Warp1
                          : F8                                ? SplitKernel::Walk4
                                                              : SplitKernel::Chunk4;
   // Walk4 and Warp1: as many groups of chunks a (KV head, tile) as fit on the chip at once (228 KB
@@ -1447,32 +1460,17 @@ cudaError_t launch_mma(const AttnArgs& a, cudaStream_t s, AttnKernel k) {
     const int64_t gr = resident / (a.Hkv * n_tiles);
     return gr < 1 ? int64_t(1) : gr > max_chunks ? max_chunks : gr;
   };
-  if (sk == SplitKernel::Chunk4 || sk == SplitKernel::Walk4) {
-    const bool walk = sk == SplitKernel::Walk4;
-    constexpr int kSmem1 = Split4Smem<D, F8, 1>::kBytes,
-                  kSmemW = Split4Smem<D, F8, kWalkBufs>::kBytes;
-    const int64_t groups = walk ? groups_for(kSmemW) : max_chunks;
-    const dim3 grid(unsigned(a.Hkv * n_tiles * groups));
-    if (walk) {
-      if ((e = allow_smem<attn_mma_split4_kernel<D, F8, kWalkBufs>>(kSmemW)) != cudaSuccess)
-        return e;
-      e = launch_pdl(attn_mma_split4_kernel<D, F8, kWalkBufs>, grid, dim3(128), kSmemW, s,
-                     small_pdl(a.T <= kPdlRows), a, n_tiles, max_chunks, groups);
-    } else {
-      if ((e = allow_smem<attn_mma_split4_kernel<D, F8, 1>>(kSmem1)) != cudaSuccess) return e;
-      e = launch_pdl(attn_mma_split4_kernel<D, F8, 1>, grid, dim3(128), kSmem1, s,
-                     small_pdl(a.T <= kPdlRows), a, n_tiles, max_chunks, groups);
-    }
-    if (e != cudaSuccess) return e;
-    return launch_merge<D>(a, s, max_chunks);
+  if (sk == SplitKernel::Walk4) {
+    constexpr int kSmem = Split4Smem<D, F8, kWalkBufs>::kBytes;
+    return launch_split<attn_mma_split4_kernel<D, F8, kWalkBufs>, D>(a, s, kSmem, 128, n_tiles,
+                                                                     max_chunks, groups_for(kSmem));
   }
+  if (sk == SplitKernel::Chunk4)
+    return launch_split<attn_mma_split4_kernel<D, F8, 1>, D>(a, s, Split4Smem<D, F8, 1>::kBytes,
+                                                             128, n_tiles, max_chunks, max_chunks);
   constexpr int kSmem = MmaSmem<D>::bytes(F8, 2);
-  const int64_t groups = groups_for(kSmem);
-  if ((e = allow_smem<attn_mma_split_kernel<D, F8>>(kSmem)) != cudaSuccess) return e;
-  e = launch_pdl(attn_mma_split_kernel<D, F8>, dim3(unsigned(a.Hkv * n_tiles * groups)), dim3(32),
-                 kSmem, s, small_pdl(a.T <= kPdlRows), a, n_tiles, max_chunks, groups);
-  if (e != cudaSuccess) return e;
-  return launch_merge<D>(a, s, max_chunks);
+  return launch_split<attn_mma_split_kernel<D, F8>, D>(a, s, kSmem, 32, n_tiles, max_chunks,
+                                                       groups_for(kSmem));
 }
 
 template <int DPL, class Src>
