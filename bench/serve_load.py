@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Load test for `basalt serve` (issue 4's performance figures): aggregate output tokens/s and
 time to first token at several concurrency levels, and the prefix cache's effect on a repeated
-long system prompt. Talks to a running server; Python's standard library only (so it runs on
+long system prompt. Every request of every level gets its own prompt (a distinct first line, so
+no block of it is in the prefix cache): the figures include each prompt's prefill, as a benchmark
+of random prompts does. --shared-prompts gives the earlier behaviour (20 distinct prompts, the
+same at every level, so later levels find them cached). Talks to a running server; Python's standard library only (so it runs on
 the GPU machine too).
 
     build/basalt serve --port 8123 --parallel 64 &
@@ -45,10 +48,13 @@ def one_stream(url, model, prompt, max_tokens, out, i):
     out[i] = (ttft or 0.0, n, time.perf_counter() - t0)
 
 
-def level(url, model, streams, prompt_words, max_tokens):
+def level(url, model, streams, prompt_words, max_tokens, tag=None):
     out = [None] * streams
-    th = [threading.Thread(target=one_stream,
-                           args=(url, model, words(prompt_words, i), max_tokens, out, i))
+
+    def prompt(i):
+        return words(prompt_words, i) if tag is None else f"Request {tag}.{i}.\n" + words(
+            prompt_words, i)
+    th = [threading.Thread(target=one_stream, args=(url, model, prompt(i), max_tokens, out, i))
           for i in range(streams)]
     t0 = time.perf_counter()
     for t in th:
@@ -89,11 +95,16 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=256)
     # ~2,000 tokens with the chat template: issue 4's repeated system prompt.
     ap.add_argument("--system-words", type=int, default=1980)
+    ap.add_argument("--shared-prompts", action="store_true",
+                    help="repeat the same 20 prompts at every level (the prefix cache serves "
+                    "them after the first level)")
     a = ap.parse_args()
     with urllib.request.urlopen(a.url + "/v1/models") as r:
         model = a.model or json.loads(r.read())["data"][0]["id"]
-    for s in [int(x) for x in a.streams.split(",")]:
-        print(json.dumps(level(a.url, model, s, a.prompt_words, a.max_tokens)), flush=True)
+    salt = time.time_ns() % 1000003  # a second run against the same server gets new prompts too
+    for n, s in enumerate(int(x) for x in a.streams.split(",")):
+        tag = None if a.shared_prompts else f"{salt}.{n}"
+        print(json.dumps(level(a.url, model, s, a.prompt_words, a.max_tokens, tag)), flush=True)
     print(json.dumps(prefix_effect(a.url, model, a.system_words)), flush=True)
 
 

@@ -51,11 +51,13 @@ logits_check() {
   done
 }
 # serve_up PORT LOG: `basalt serve -m $M --parallel 64 --max-context 4096` on PORT in the
-# background (its output in LOG; the caller kills %1), back once /health answers (120 s at most).
+# background (its output in LOG; the caller kills %1), back once /health answers (120 s at most);
+# $SERVE_ARGS, when set, are added to its options.
 # Llama 3's tokenizer files go into $M first.
 serve_up() {
   cp $B/tok/* $M/
-  $B/basalt serve -m $M --device cuda --port $1 --parallel 64 --max-context 4096 > "$2" 2>&1 &
+  $B/basalt serve -m $M --device cuda --port $1 --parallel 64 --max-context 4096 ${SERVE_ARGS:-} \
+    > "$2" 2>&1 &
   for i in $(seq 120); do
     python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$1/health')" \
       2> /dev/null && break

@@ -25,6 +25,7 @@ struct ServeArgs {
   server::ServerOptions opt;
   int64_t max_context = 0;
   int parallel = 8;
+  int64_t step_tokens = 256;
   std::string spec;
   int64_t spec_tokens = 4;
   float spec_min_confidence = 0.0f;
@@ -75,6 +76,7 @@ int run_serve(ServeArgs a) {
   EngineConfig cfg;
   cfg.max_context = a.max_context;
   cfg.max_batch = a.parallel;
+  cfg.step_tokens = a.step_tokens;
   cfg.spec = a.spec;
   cfg.spec_tokens = a.spec_tokens;
   cfg.spec_min_confidence = a.spec_min_confidence;
@@ -132,6 +134,11 @@ Runner add_serve(CLI::App& app) {
       ->check(CLI::Range(int64_t(0), int64_t(1) << 30));
   sc->add_option("--parallel", a->parallel, "Sequences run together (default 8)")
       ->check(CLI::Range(1, 1024));
+  sc->add_option("--step-tokens", a->step_tokens,
+                 "Most tokens one forward pass takes: prompt chunks plus one a decoding sequence "
+                 "(default 256; at least --parallel). Larger prefills faster, smaller keeps "
+                 "decoding streams smoother while prompts arrive")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 16));
   add_spec_options(
       sc, a->spec, a->spec_tokens,
       "Speculative decoding: ngram (prompt lookup), draft:PATH (a smaller model with the "

@@ -207,3 +207,33 @@ def test_speculative_servers_give_the_plain_text(server):
         finally:
             s.stop()
         assert s.proc.returncode == 0, s.log()
+
+
+def test_step_tokens_changes_no_output(server):
+    """`serve --step-tokens 5`: prompts arrive in chunks of at most 5 tokens a pass, mixed with
+    the other requests' decode rows; every greedy completion is the default server's."""
+    prompts = ["And it came to pass after these things, that God did tempt Abraham, and said",
+               "In the beginning God created the heaven and the earth. And the earth was",
+               "Blessed is the man that walketh not in the counsel of the ungodly"]
+
+    def complete(url, i, out):
+        c = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        r = c.completions.create(model=MODEL, prompt=prompts[i], max_tokens=24, temperature=0)
+        out[i] = r.choices[0].text
+
+    plain = {}
+    for i in range(len(prompts)):
+        complete(server.url, i, plain)
+    s = Server("--step-tokens", "5")
+    try:
+        got = {}
+        threads = [threading.Thread(target=complete, args=(s.url, i, got))
+                   for i in range(len(prompts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert got == plain
+    finally:
+        s.stop()
+    assert s.proc.returncode == 0, s.log()
