@@ -61,9 +61,14 @@ HttpServer::HttpServer(ServerContext& ctx) : ctx_(ctx), svr_(std::make_unique<ht
   svr_->set_read_timeout(30, 0);
   svr_->set_write_timeout(30, 0);
   svr_->set_tcp_nodelay(true);
-  // The listening socket, to raise its backlog once bound (bind()).
+  // The listening socket, to raise its backlog once bound (bind()). SO_REUSEADDR only:
+  // cpp-httplib's default options set SO_REUSEPORT where the system has it, which lets a second
+  // server bind the same port and the kernel then splits the connections between the two (a
+  // stale `basalt serve` answered half a load test's requests); with SO_REUSEADDR a port held
+  // by a listening process is refused, while one left in TIME_WAIT by a stopped server is not.
   svr_->set_socket_options([this](socket_t sock) {
-    httplib::default_socket_options(sock);
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     if (!bound_) listen_fd_ = int(sock);
   });
   routes();

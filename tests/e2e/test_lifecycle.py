@@ -237,3 +237,16 @@ def test_step_tokens_changes_no_output(server):
     finally:
         s.stop()
     assert s.proc.returncode == 0, s.log()
+
+
+def test_second_server_on_a_port_in_use_is_refused(server):
+    """A second `basalt serve` on the running server's port exits with a clear error (with
+    SO_REUSEPORT, cpp-httplib's default, it bound too and the kernel split the connections
+    between the two), and the first keeps serving."""
+    p = subprocess.run([str(basalt_bin()), "serve", "--port", str(server.port)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    assert "cannot bind" in p.stderr, p.stderr
+    for _ in range(8):  # every connection reaches the first server
+        assert httpx.get(server.url + "/health", timeout=10).status_code == 200
+    assert server.alive()
