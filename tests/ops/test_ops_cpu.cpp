@@ -183,36 +183,57 @@ TEST(OpsVsRef, RmsnormSwigluAddEmbeddingRope) {
 
 // Paged attention: two sequences in one pass, their blocks scattered through the pool.
 TEST(OpsVsRef, PagedAttentionMatchesReferenceAndIsRowExact) {
-  const int64_t H = 6, Hkv = 2, D = 24, bs = 4, n_blocks = 32;
-  const auto k = randn(size_t(n_blocks * bs * Hkv * D), 13);
-  const auto v = randn(size_t(n_blocks * bs * Hkv * D), 14);
-  const std::vector<int32_t> table_a = {7, 3, 30, 12, 0, 21, 9, 14, 2, 25, 18, 5};  // 48 pos
-  const std::vector<int32_t> table_b = {1, 31, 4, 16, 8};                           // 20 pos
-  // Rows: 9 of sequence a at positions 30..38, then 6 of b at positions 13..18.
-  std::vector<const int32_t*> tables;
-  std::vector<int64_t> pos;
-  for (int64_t p = 30; p < 39; ++p) tables.push_back(table_a.data()), pos.push_back(p);
-  for (int64_t p = 13; p < 19; ++p) tables.push_back(table_b.data()), pos.push_back(p);
-  const int64_t T = int64_t(pos.size());
-  const auto q = randn(size_t(T * H * D), 15);
-  std::vector<float> want(q.size()), got(q.size(), NAN);
-  AttentionArgs a;
-  a.q = q.data(), a.out = want.data(), a.k = k.data(), a.v = v.data();
-  a.T = T, a.H = H, a.Hkv = Hkv, a.D = D, a.block_size = bs;
-  a.block_tables = tables.data(), a.pos = pos.data(), a.scale = 0.2f;
-  ref::attention(a);
-  auto be = cpu::make_cpu_backend(2);
-  a.out = got.data();
-  be->attention(a);
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(want[i], got[i], 2e-6f);
-  // Each row alone (as a decode step at its position) is bitwise the same.
-  for (int64_t t = 0; t < T; ++t) {
-    std::vector<float> one(static_cast<size_t>(H * D));
-    AttentionArgs b = a;
-    b.q = q.data() + t * H * D, b.out = one.data(), b.T = 1;
-    b.block_tables = tables.data() + t, b.pos = pos.data() + t;
-    be->attention(b);
-    EXPECT_EQ(0, std::memcmp(one.data(), got.data() + t * H * D, one.size() * 4)) << "row " << t;
+  // 3 query heads a KV head, and 18 (a decode row's heads go in groups of 8, 8 and 2).
+  for (const int64_t H : {6, 18}) {
+    const int64_t Hkv = H == 6 ? 2 : 1, D = 24, bs = 4, n_blocks = 32;
+    const auto k = randn(size_t(n_blocks * bs * Hkv * D), 13);
+    const auto v = randn(size_t(n_blocks * bs * Hkv * D), 14);
+    const std::vector<int32_t> table_a = {7, 3, 30, 12, 0, 21, 9, 14, 2, 25, 18, 5};  // 48 pos
+    const std::vector<int32_t> table_b = {1, 31, 4, 16, 8};                           // 20 pos
+    // Rows: 9 of sequence a at positions 30..38, then 6 of b at positions 13..18.
+    std::vector<const int32_t*> tables;
+    std::vector<int64_t> pos;
+    for (int64_t p = 30; p < 39; ++p) tables.push_back(table_a.data()), pos.push_back(p);
+    for (int64_t p = 13; p < 19; ++p) tables.push_back(table_b.data()), pos.push_back(p);
+    const int64_t T = int64_t(pos.size());
+    const auto q = randn(size_t(T * H * D), 15);
+    std::vector<float> want(q.size()), got(q.size(), NAN);
+    AttentionArgs a;
+    a.q = q.data(), a.out = want.data(), a.k = k.data(), a.v = v.data();
+    a.T = T, a.H = H, a.Hkv = Hkv, a.D = D, a.block_size = bs;
+    a.block_tables = tables.data(), a.pos = pos.data(), a.scale = 0.2f;
+    ref::attention(a);
+    auto be = cpu::make_cpu_backend(2);
+    a.out = got.data();
+    be->attention(a);
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(want[i], got[i], 2e-6f);
+    // Each row alone (as a decode step at its position) is bitwise the same.
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<float> one(static_cast<size_t>(H * D));
+      AttentionArgs b = a;
+      b.q = q.data() + t * H * D, b.out = one.data(), b.T = 1;
+      b.block_tables = tables.data() + t, b.pos = pos.data() + t;
+      be->attention(b);
+      EXPECT_EQ(0, std::memcmp(one.data(), got.data() + t * H * D, one.size() * 4)) << "row " << t;
+    }
+    // A decode batch: rows of sequences a and b alternating, each a run of one row (its query
+    // heads share their KV head's loads), bitwise the rows of the prefill-shaped pass above.
+    const int64_t rows_ab[4] = {2, 9, 8, 14};  // a at 32, b at 13, a at 38, b at 18
+    std::vector<const int32_t*> tb;
+    std::vector<int64_t> pb;
+    std::vector<float> qb;
+    for (int64_t t : rows_ab) {
+      tb.push_back(tables[size_t(t)]), pb.push_back(pos[size_t(t)]);
+      qb.insert(qb.end(), q.begin() + t * H * D, q.begin() + (t + 1) * H * D);
+    }
+    std::vector<float> batch(qb.size(), NAN);
+    AttentionArgs c = a;
+    c.q = qb.data(), c.out = batch.data(), c.T = 4, c.block_tables = tb.data(), c.pos = pb.data();
+    be->attention(c);
+    for (int64_t i = 0; i < 4; ++i)
+      EXPECT_EQ(0, std::memcmp(batch.data() + i * H * D, got.data() + rows_ab[i] * H * D,
+                               size_t(H * D) * 4))
+          << "decode batch row " << i << ", H " << H;
   }
 }
 

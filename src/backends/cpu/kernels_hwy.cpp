@@ -550,8 +550,13 @@ HWY_INLINE void AttendRows(const float* q, int64_t ldq, int64_t D, const int64_t
 
 // Tasks: (group of kAttnRows consecutive rows of the pass, head), i = g · H + h. Within a
 // group, each run of rows of one sequence (the same block table) goes through AttendRows
-// together (decode and a batch of sequences give runs of one row); head dims of 4 or 8 below
-// the vector width go row by row through AttendRowNarrow.
+// together; a run of one row (decode, a batch of decoding sequences) goes through AttendRows
+// with the query heads that share its KV head as the rows (up to kAttnRows of them, run by the
+// task of the first: the others skip it), so those heads load each key and value once where
+// each head's task loaded them again (a decode batch of 64 sequences read the cache G times
+// from memory: the sequences of a group of rows do not fit in L2 together). The rows of a tile
+// never change a dot product's schedule, so every head's bits are the same either way. Head
+// dims of 4 or 8 below the vector width go row by row through AttendRowNarrow.
 // FP8 caches read the codes in place (RowFp8 without block scales: the exact E4M3 values, as
 // f32) and multiply each key's and value's scale in after its sum (kscale / vscale): the
 // arithmetic of the scalar reference. The kv_fp8_encode codes are never NaN.
@@ -565,14 +570,25 @@ void AttentionTasks(const AttentionArgs& a, int64_t i0, int64_t i1) {
   thread_local std::vector<const float*> ks, vs;  // FP8: their scales (head 0)
   const int32_t* built = nullptr;                 // the block table kr..vs were built for
   int64_t built_n = 0;
+  // A one-row run's heads go together in sub-groups of hs: the first of each takes the others.
+  const int64_t hs = std::min<int64_t>(group, kAttnRows);
   for (int64_t i = i0; i < i1; ++i) {
     const int64_t g = i / a.H, h = i % a.H, hk = h / group;
     const int64_t g0 = g * kAttnRows, g1 = std::min(a.T, g0 + kAttnRows);
     for (int64_t t = g0; t < g1;) {
       int64_t te = t + 1;  // rows t .. te-1: one sequence
       while (te < g1 && a.block_tables[te] == a.block_tables[t]) ++te;
+      // rows: AttendRows's rows, the run's (R = te - t, stride HD) or, for a run of one row,
+      // heads h .. h + R - 1 of it (stride D).
+      const bool heads = te - t == 1 && hs > 1 && !narrow;
+      if (heads && (h % group) % hs != 0) {  // the sub-group's first head runs this one
+        t = te;
+        continue;
+      }
+      const int64_t R = heads ? std::min(hs, group - h % group) : te - t;
+      const int64_t ld = heads ? D : HD;
       int64_t n[kAttnRows], nmax = 0;
-      for (int64_t r = t; r < te; ++r) n[r - t] = a.keys(r), nmax = std::max(nmax, n[r - t]);
+      for (int64_t r = 0; r < R; ++r) n[r] = a.keys(heads ? t : t + r), nmax = std::max(nmax, n[r]);
       if (built != a.block_tables[t] || built_n < nmax) {  // where each key and value starts
         kr.resize(size_t(nmax)), vr.resize(size_t(nmax));
         if (fp8) ks.resize(size_t(nmax)), vs.resize(size_t(nmax));
@@ -611,9 +627,9 @@ void AttentionTasks(const AttentionArgs& a, int64_t i0, int64_t i1) {
           }
           return;
         }
-        WithCount<kAttnRows>(te - t, [&](auto nr) {
-          AttendRows<decltype(nr)::value>(q, HD, D, n, a.scale, krow, vrow, kscale, vscale,
-                                          s.data(), nmax, o, HD);
+        WithCount<kAttnRows>(R, [&](auto nr) {
+          AttendRows<decltype(nr)::value>(q, ld, D, n, a.scale, krow, vrow, kscale, vscale,
+                                          s.data(), nmax, o, ld);
         });
       };
       auto one = [](int64_t) { return 1.0f; };
