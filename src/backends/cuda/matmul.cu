@@ -26,6 +26,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
@@ -1090,56 +1091,87 @@ size_t group_workspace_bytes(int64_t T, int n, const int64_t* N, int64_t K, cons
   return b;
 }
 
-// n weights of the same K (resolved ksegs); ys[i] with row stride ldys[i]. cudaErrorNotSupported
-// where T > 64 or a tensor map cannot be made (the caller runs another tiling).
-template <int NT, int STAGES>
-cudaError_t launch_tma_rows(const bf16_bits* x, int T, int n, const bf16_bits* const* w,
-                            const int64_t* N, int K, float* const* ys, const int* ldys,
-                            const int64_t* kseg, cudaStream_t s, void* ws, size_t ws_bytes, Epi epi,
-                            bool pdl) {
+// The most rows RowsTMA runs split-K (segments in separate blocks, the workspace's partials);
+// above, the segments fold in registers (split-K measured slower, H100: T = 32 4096 x 4096
+// 29.1 against 22.5 us, T = 64 40.0 against 24.9, 4096 x 14336 90.3 against 62.0).
+constexpr int kRowsSplitMaxT = 16;
+
+// The tokens' box of a RowsTMA launch: the smallest of 8, 16, 32 and 64 rows that holds T
+// (T <= 64); f(std::integral_constant<int, NT>).
+template <typename F>
+cudaError_t rows_tma_nt(int T, F&& f) {
+  if (T <= 8) return f(std::integral_constant<int, 8>{});
+  if (T <= 16) return f(std::integral_constant<int, 16>{});
+  if (T <= 32) return f(std::integral_constant<int, 32>{});
+  return f(std::integral_constant<int, 64>{});
+}
+
+// A RowsTMA launch of group g (its blocks, segments and outputs set, part[] not yet): split-K where
+// the weights have segments, T <= kRowsSplitMaxT and the workspace holds need_ws bytes
+// (counters, then each segmented weight's partials [segs, T, N] in order: part_rows[i] rows of
+// weight i); else the segments fold in registers. tw: the weights' tensor maps (SWIGLU: gate,
+// up).
+template <int NT, int STAGES, bool SWIGLU>
+cudaError_t launch_rows_group(const CUtensorMap& tx, const CUtensorMap* tw, RowsGroup g,
+                              const int* part_rows, size_t need_ws, int T, int K, void* ws,
+                              size_t ws_bytes, Epi epi, bf16_bits* out, cudaStream_t s, bool pdl) {
   using C = RowsTmaCfg<NT, STAGES>;
-  if (T > NT || n < 1 || n > kMaxGroup) return cudaErrorNotSupported;
-  CUtensorMap tx, tw[kMaxGroup];
-  if (!bf16_tile_map(&tx, x, T, K, NT)) return cudaErrorNotSupported;
-  RowsGroup g;
-  g.n = n;
   int blocks = 0;
   bool any_segs = false;
-  for (int i = 0; i < n; ++i) {
-    if (!bf16_tile_map(&tw[i], w[i], N[i], K, 64)) return cudaErrorNotSupported;
-    g.blocks[i] = int((N[i] + 63) / 64);
-    blocks += g.blocks[i];
-    g.N[i] = int(N[i]);
-    const SegPlan sp = seg_plan(K, kseg[i], C::kBK);
-    g.segs[i] = sp.segs, g.seg_tiles[i] = sp.seg_tiles;
-    g.y[i] = ys[i];
-    g.ldy[i] = ldys[i];
-    any_segs |= g.segs[i] > 1;
-  }
-  for (int i = n; i < kMaxGroup; ++i) tw[i] = tw[0];
-  // Split-K (all weights with segments, or none; up to 16 rows: above, the partials cost more
-  // than the blocks gain, H100 T = 32 / 64): the workspace holds every partial.
-  const bool split = any_segs && T <= 16 && blocks <= kMaxTiles && ws &&
-                     ws_bytes >= group_workspace_bytes(T, n, N, K, kseg);
+  for (int i = 0; i < g.n; ++i) blocks += g.blocks[i], any_segs |= g.segs[i] > 1;
+  // Split-K for all weights with segments, or none (above kRowsSplitMaxT rows the partials
+  // cost more than the blocks gain, H100 T = 32 / 64).
+  const bool split =
+      any_segs && T <= kRowsSplitMaxT && blocks <= kMaxTiles && ws && ws_bytes >= need_ws;
   char* p = static_cast<char*>(ws) + counter_bytes();
   int items = 0;
-  for (int i = 0; i < n; ++i) {
+  for (int i = 0; i < g.n; ++i) {
     if (split && g.segs[i] > 1) {
       g.part[i] = reinterpret_cast<float*>(p);
-      p += size_t(g.segs[i]) * size_t(T) * size_t(N[i]) * 4;
+      p += size_t(g.segs[i]) * size_t(T) * size_t(part_rows[i]) * 4;
     }
     items += g.blocks[i] * (g.part[i] ? g.segs[i] : 1);
     g.item_end[i] = items;
   }
-  constexpr auto kFold = matmul_tma_rows_kernel<NT, STAGES, true>;
-  constexpr auto kOne = matmul_tma_rows_kernel<NT, STAGES, false>;
+  constexpr auto kFold = matmul_tma_rows_kernel<NT, STAGES, true, SWIGLU>;
+  constexpr auto kOne = matmul_tma_rows_kernel<NT, STAGES, false, SWIGLU>;
   const bool fold = any_segs && !split;
   if (const cudaError_t e = fold ? allow_smem<kFold>(C::kSmem) : allow_smem<kOne>(C::kSmem);
       e != cudaSuccess)
     return e;
   return launch_pdl(fold ? kFold : kOne, dim3(unsigned(items)), dim3(C::kThreads), C::kSmem, s, pdl,
-                    tx, tw[0], tw[1], tw[2], g, T, K, static_cast<int*>(ws), epi,
-                    static_cast<bf16_bits*>(nullptr));
+                    tx, tw[0], tw[1], tw[2], g, T, K, static_cast<int*>(ws), epi, out);
+}
+
+// n weights of the same K (resolved ksegs); ys[i] with row stride ldys[i]. cudaErrorNotSupported
+// where T > 64 or a tensor map cannot be made (the caller runs another tiling).
+template <int STAGES>
+cudaError_t launch_tma_rows(const bf16_bits* x, int T, int n, const bf16_bits* const* w,
+                            const int64_t* N, int K, float* const* ys, const int* ldys,
+                            const int64_t* kseg, cudaStream_t s, void* ws, size_t ws_bytes, Epi epi,
+                            bool pdl) {
+  if (T > 64 || n < 1 || n > kMaxGroup) return cudaErrorNotSupported;
+  return rows_tma_nt(T, [&](auto nt) {
+    constexpr int NT = decltype(nt)::value;
+    CUtensorMap tx, tw[kMaxGroup];
+    if (!bf16_tile_map(&tx, x, T, K, NT)) return cudaErrorNotSupported;
+    RowsGroup g;
+    g.n = n;
+    int part_rows[kMaxGroup] = {};
+    for (int i = 0; i < n; ++i) {
+      if (!bf16_tile_map(&tw[i], w[i], N[i], K, 64)) return cudaErrorNotSupported;
+      g.blocks[i] = int((N[i] + 63) / 64);
+      g.N[i] = part_rows[i] = int(N[i]);
+      const SegPlan sp = seg_plan(K, kseg[i], RowsTmaCfg<NT, STAGES>::kBK);
+      g.segs[i] = sp.segs, g.seg_tiles[i] = sp.seg_tiles;
+      g.y[i] = ys[i];
+      g.ldy[i] = ldys[i];
+    }
+    for (int i = n; i < kMaxGroup; ++i) tw[i] = tw[0];
+    return launch_rows_group<NT, STAGES, false>(tx, tw, g, part_rows,
+                                                group_workspace_bytes(T, n, N, K, kseg), T, K, ws,
+                                                ws_bytes, epi, nullptr, s, pdl);
+  });
 }
 
 // The split-K workspace of matmul_tma_rows_kernel's SWIGLU form: counters, then the partials of
@@ -1150,51 +1182,31 @@ size_t rows_swiglu_workspace_bytes(int64_t T, int64_t F, int64_t K, int64_t kseg
 }
 
 // matmul_tma_rows_kernel's SWIGLU form: gate / up [F, K] (resolved kseg), out bf16 [T, ldo].
-// Split-K as launch_tma_rows (segments, up to 16 rows, a workspace that holds every partial);
-// else segments fold in registers.
-template <int NT, int STAGES>
+// Split-K as launch_tma_rows; else segments fold in registers.
+template <int STAGES>
 cudaError_t launch_tma_rows_swiglu(const bf16_bits* x, int T, const bf16_bits* wg,
                                    const bf16_bits* wu, int F, int K, bf16_bits* out, int ldo,
                                    int64_t kseg, cudaStream_t s, void* ws, size_t ws_bytes) {
-  using C = RowsTmaCfg<NT, STAGES>;
-  if (T > NT) return cudaErrorNotSupported;
-  CUtensorMap tx, tg, tu;
-  if (!bf16_tile_map(&tx, x, T, K, NT) || !bf16_tile_map(&tg, wg, F, K, 32) ||
-      !bf16_tile_map(&tu, wu, F, K, 32))
-    return cudaErrorNotSupported;
-  RowsGroup g;
-  g.n = 1;
-  g.blocks[0] = (F + 31) / 32;
-  g.N[0] = F;
-  const SegPlan sp = seg_plan(K, kseg, C::kBK);
-  g.segs[0] = sp.segs, g.seg_tiles[0] = sp.seg_tiles;
-  g.ldy[0] = ldo;
-  const bool split = sp.segs > 1 && T <= 16 && g.blocks[0] <= kMaxTiles && ws &&
-                     ws_bytes >= rows_swiglu_workspace_bytes(T, F, K, kseg);
-  if (split) g.part[0] = reinterpret_cast<float*>(static_cast<char*>(ws) + counter_bytes());
-  g.item_end[0] = g.blocks[0] * (split ? sp.segs : 1);
-  constexpr auto kFold = matmul_tma_rows_kernel<NT, STAGES, true, true>;
-  constexpr auto kOne = matmul_tma_rows_kernel<NT, STAGES, false, true>;
-  const bool fold = sp.segs > 1 && !split;
-  if (const cudaError_t e = fold ? allow_smem<kFold>(C::kSmem) : allow_smem<kOne>(C::kSmem);
-      e != cudaSuccess)
-    return e;
-  return launch_pdl(fold ? kFold : kOne, dim3(unsigned(g.item_end[0])), dim3(C::kThreads), C::kSmem,
-                    s, true, tx, tg, tu, tg, g, T, K, static_cast<int*>(ws), Epi{}, out);
-}
-
-template <int STAGES>
-cudaError_t launch_tma_rows_any(const bf16_bits* x, int T, int n, const bf16_bits* const* w,
-                                const int64_t* N, int K, float* const* ys, const int* ldys,
-                                const int64_t* kseg, cudaStream_t s, void* ws, size_t ws_bytes,
-                                Epi epi, bool pdl) {
-  if (T <= 8)
-    return launch_tma_rows<8, STAGES>(x, T, n, w, N, K, ys, ldys, kseg, s, ws, ws_bytes, epi, pdl);
-  if (T <= 16)
-    return launch_tma_rows<16, STAGES>(x, T, n, w, N, K, ys, ldys, kseg, s, ws, ws_bytes, epi, pdl);
-  if (T <= 32)
-    return launch_tma_rows<32, STAGES>(x, T, n, w, N, K, ys, ldys, kseg, s, ws, ws_bytes, epi, pdl);
-  return launch_tma_rows<64, STAGES>(x, T, n, w, N, K, ys, ldys, kseg, s, ws, ws_bytes, epi, pdl);
+  if (T > 64) return cudaErrorNotSupported;
+  return rows_tma_nt(T, [&](auto nt) {
+    constexpr int NT = decltype(nt)::value;
+    CUtensorMap tx, tw[kMaxGroup];
+    if (!bf16_tile_map(&tx, x, T, K, NT) || !bf16_tile_map(&tw[0], wg, F, K, 32) ||
+        !bf16_tile_map(&tw[1], wu, F, K, 32))
+      return cudaErrorNotSupported;
+    tw[2] = tw[0];
+    RowsGroup g;
+    g.n = 1;
+    g.blocks[0] = (F + 31) / 32;
+    g.N[0] = F;
+    const SegPlan sp = seg_plan(K, kseg, RowsTmaCfg<NT, STAGES>::kBK);
+    g.segs[0] = sp.segs, g.seg_tiles[0] = sp.seg_tiles;
+    g.ldy[0] = ldo;
+    const int part_rows[1] = {64 * g.blocks[0]};
+    return launch_rows_group<NT, STAGES, true>(tx, tw, g, part_rows,
+                                               rows_swiglu_workspace_bytes(T, F, K, kseg), T, K, ws,
+                                               ws_bytes, Epi{}, out, s, true);
+  });
 }
 
 // The grouped matmul of the MoE experts (kernels.h moe_matmul): the Rows16x32 tiling (16 rows ×
@@ -1455,8 +1467,8 @@ cudaError_t dispatch_bf16(const bf16_bits* x, int T, const bf16_bits* w, int N, 
                                  pdl);
     case MatmulKernel::RowsTMA: {
       const int64_t n64 = N;
-      if (const cudaError_t e = launch_tma_rows_any<6>(x, T, 1, &w, &n64, K, &y, &ldy, &kseg, s,
-                                                       workspace, workspace_bytes, epi, pdl);
+      if (const cudaError_t e = launch_tma_rows<6>(x, T, 1, &w, &n64, K, &y, &ldy, &kseg, s,
+                                                   workspace, workspace_bytes, epi, pdl);
           e != cudaErrorNotSupported)
         return e;
       [[fallthrough]];
@@ -1497,18 +1509,8 @@ cudaError_t matmul_bf16_swiglu(const bf16_bits* x, int64_t T, const bf16_bits* w
   if (T == 0) return cudaSuccess;
   // Up to 64 rows (decode, serving batches): RowsTMA's blocks of 32 gate + 32 up columns.
   if (T <= 64 && (kernel == MatmulKernel::Auto || kernel == MatmulKernel::RowsTMA)) {
-    const int t = int(T), f = int(F), k = int(K);
-    if (T <= 8)
-      return launch_tma_rows_swiglu<8, 6>(x, t, w_gate, w_up, f, k, out, f, kseg, s, workspace,
-                                          workspace_bytes);
-    if (T <= 16)
-      return launch_tma_rows_swiglu<16, 6>(x, t, w_gate, w_up, f, k, out, f, kseg, s, workspace,
-                                           workspace_bytes);
-    if (T <= 32)
-      return launch_tma_rows_swiglu<32, 6>(x, t, w_gate, w_up, f, k, out, f, kseg, s, workspace,
-                                           workspace_bytes);
-    return launch_tma_rows_swiglu<64, 6>(x, t, w_gate, w_up, f, k, out, f, kseg, s, workspace,
-                                         workspace_bytes);
+    return launch_tma_rows_swiglu<6>(x, int(T), w_gate, w_up, int(F), int(K), out, int(F), kseg, s,
+                                     workspace, workspace_bytes);
   }
   if (kernel == MatmulKernel::RowsTMA) return cudaErrorNotSupported;
   // Auto takes TileTMA256's blocks where the weights are one segment (gate / up of
@@ -1556,8 +1558,8 @@ cudaError_t matmul_bf16_group(const bf16_bits* x, int64_t T, int n, const bf16_b
     ldy[i] = int(N[i]);
   }
   if (T == 0) return cudaSuccess;
-  return launch_tma_rows_any<6>(x, int(T), n, w, N, int(K), y, ldy, ks, s, workspace,
-                                workspace_bytes, Epi{}, true);
+  return launch_tma_rows<6>(x, int(T), n, w, N, int(K), y, ldy, ks, s, workspace, workspace_bytes,
+                            Epi{}, true);
 }
 
 namespace {
