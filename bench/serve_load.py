@@ -4,8 +4,8 @@ time to first token at several concurrency levels, and the prefix cache's effect
 long system prompt. Every request of every level gets its own prompt (a distinct first line, so
 no block of it is in the prefix cache): the figures include each prompt's prefill, as a benchmark
 of random prompts does. --shared-prompts gives the earlier behaviour (20 distinct prompts, the
-same at every level, so later levels find them cached). Talks to a running server; Python's standard library only (so it runs on
-the GPU machine too).
+same at every level, so later levels find them cached). Talks to a running server; Python's
+standard library only (so it runs on the GPU machine too).
 
     build/basalt serve --port 8123 --parallel 64 &
     python3 bench/serve_load.py --url http://127.0.0.1:8123 --streams 1,8,32,64
@@ -52,8 +52,9 @@ def level(url, model, streams, prompt_words, max_tokens, tag=None):
     out = [None] * streams
 
     def prompt(i):
-        return words(prompt_words, i) if tag is None else f"Request {tag}.{i}.\n" + words(
-            prompt_words, i)
+        text = words(prompt_words, i)
+        return text if tag is None else f"Request {tag}.{i}.\n" + text
+
     th = [threading.Thread(target=one_stream, args=(url, model, prompt(i), max_tokens, out, i))
           for i in range(streams)]
     t0 = time.perf_counter()
