@@ -466,7 +466,7 @@ int main(int argc, char** argv) {
       CK(cudaMalloc(&ws, ws_bytes));
       CK(cudaMemset(ws, 0, ws_bytes));
       for (auto kern :
-           {bc::MatmulKernel::Rows16x32, bc::MatmulKernel::Rows16x16,
+           {bc::MatmulKernel::Auto, bc::MatmulKernel::Rows16x32, bc::MatmulKernel::Rows16x16,
             bc::MatmulKernel::Rows16x32Deep, bc::MatmulKernel::Tile128,
             bc::MatmulKernel::Tile128K64, bc::MatmulKernel::TileWG, bc::MatmulKernel::TileWG2,
             bc::MatmulKernel::TileWG64, bc::MatmulKernel::TileTMA, bc::MatmulKernel::TileTMA64,
@@ -479,8 +479,9 @@ int main(int argc, char** argv) {
               kern == bc::MatmulKernel::TileTMAP;
           const bool wg64 =
               kern == bc::MatmulKernel::TileWG64 || kern == bc::MatmulKernel::TileTMA64;
-          if ((T == 1 && (tile || wg64)) || (T >= 512 && !tile) || (tile && split) ||
-              (kern == bc::MatmulKernel::RowsTMA && T > 64))
+          const bool autok = kern == bc::MatmulKernel::Auto;
+          if ((autok && split) || (T == 1 && (tile || wg64)) || (T >= 512 && !tile && !autok) ||
+              (tile && split) || (kern == bc::MatmulKernel::RowsTMA && T > 64))
             continue;
           const double ms = time_ms(
               [&](int i) {
@@ -492,7 +493,8 @@ int main(int argc, char** argv) {
           const double gbs = bytes / (ms * 1e-3) / 1e9;
           const double tf = 2.0 * T * sh.N * sh.K / (ms * 1e-3) / 1e12;
           const char* kn =
-              kern == bc::MatmulKernel::Rows16x32       ? (split ? "R16x32+sK" : "Rows16x32")
+              autok                                     ? "Auto"
+              : kern == bc::MatmulKernel::Rows16x32     ? (split ? "R16x32+sK" : "Rows16x32")
               : kern == bc::MatmulKernel::Rows16x16     ? (split ? "R16x16+sK" : "Rows16x16")
               : kern == bc::MatmulKernel::Rows16x32Deep ? (split ? "R16x32D+sK" : "R16x32Deep")
               : kern == bc::MatmulKernel::Tile128K64    ? "T128K64"

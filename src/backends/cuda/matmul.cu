@@ -1413,7 +1413,8 @@ cudaError_t launch_moe(const bf16_bits* x, int64_t row_div, const bf16_bits* con
 // - 17-64 rows (serving batches): RowsTMA, segments folded in registers (T = 32 / 64: 4096 x 4096
 //   23.1 / 25.1 against TileTMA64's 29.8 / 30.4 and TileWG64's 38.1 / 41.4; 14336 x 4096 47.6 /
 //   50.1 against 49.1 / 50.4; 4096 x 14336 58.5 / 62.7 against 79.8 / 80.1; its split-K blocks
-//   were slower there: 30.0 / 40.3 on 4096 x 4096).
+//   were slower there: 30.0 / 40.3 on 4096 x 4096); except 33-64 rows over weights of at most
+//   8192 rows: TileTMA64's pipeline with 32-row W boxes (2026-12-06, below).
 // - T > 64 (prefill): TileTMA (T = 512 / 2048, TFLOP/s: 441 / 512 on 4096 x 4096, 480 / 549 on
 //   14336 x 4096, 562 / 568 on 4096 x 14336, against TileWG / TileWG2's 191-308).
 // The cp.async tilings stay as variants (and as the fallback).
@@ -1424,6 +1425,15 @@ cudaError_t dispatch_bf16(const bf16_bits* x, int T, const bf16_bits* w, int N, 
                           size_t workspace_bytes, int64_t kseg, int ldy, int64_t full_n,
                           Epi epi = {}, bool pdl = true) {
   if (kernel == MatmulKernel::Auto) {
+    // 33-64 rows over weights of at most 8192 rows, whose 64-row RowsTMA blocks leave SMs idle
+    // (64 blocks of 4096 rows on 132 SMs): TileTMA64's pipeline with the tokens in wgmma's A and
+    // boxes of 32 weight rows in B, 128 blocks (H100, T = 64: 4096 x 4096 20.9 against 24.2 us,
+    // 4096 x 14336 53.7 against 62.3; at T = 32 it lost, 23.9 against 22.1 and 68.4 against
+    // 58.1). The same chain and fold as every wgmma tiling: the same bits.
+    if (T > 32 && T <= 64 && N <= 8192)
+      if (const cudaError_t e = launch_tma<1, 32, 8>(x, T, w, N, K, y, s, kseg, ldy, epi, pdl);
+          e != cudaErrorNotSupported)
+        return e;
     kernel = T > 64 ? MatmulKernel::TileTMA : MatmulKernel::RowsTMA;
   }
   switch (kernel) {
