@@ -1,6 +1,7 @@
 """Client disconnects, concurrency (exactness under batching), shutdown, `basalt env`."""
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -211,24 +212,43 @@ def test_speculative_servers_give_the_plain_text(server):
 
 def test_step_tokens_changes_no_output(server):
     """`serve --step-tokens 5`: prompts arrive in chunks of at most 5 tokens a pass, mixed with
-    the other requests' decode rows; every greedy completion is the default server's."""
+    the other requests' decode rows; every greedy completion is the default server's. A long
+    prompt sent alone to a fresh server shows the bound takes effect: its prefill takes a pass
+    per 5 tokens (the server's exit line counts the passes; 1 with the default)."""
     prompts = ["And it came to pass after these things, that God did tempt Abraham, and said",
                "In the beginning God created the heaven and the earth. And the earth was",
-               "Blessed is the man that walketh not in the counsel of the ungodly"]
+               "Blessed is the man that walketh not in the counsel of the ungodly",
+               " ".join(["And the LORD spake unto Moses, saying,"] * 8)]
+    long_prompt = len(prompts) - 1
 
-    def complete(url, i, out):
+    def complete(url, i, out, max_tokens=24):
         c = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
-        r = c.completions.create(model=MODEL, prompt=prompts[i], max_tokens=24, temperature=0)
-        out[i] = r.choices[0].text
+        r = c.completions.create(model=MODEL, prompt=prompts[i], max_tokens=max_tokens,
+                                 temperature=0)
+        out[i] = (r.choices[0].text, r.usage.prompt_tokens)
 
     plain = {}
-    for i in range(len(prompts)):
+    for i in range(long_prompt):
         complete(server.url, i, plain)
+    complete(server.url, long_prompt, plain, max_tokens=1)
+
     s = Server("--step-tokens", "5")
     try:
         got = {}
+        complete(s.url, long_prompt, got, max_tokens=1)
+    finally:
+        s.stop()
+    assert s.proc.returncode == 0, s.log()
+    assert got[long_prompt] == plain[long_prompt]
+    long_tokens = plain[long_prompt][1]
+    assert long_tokens > 40
+    steps = int(re.search(r"(\d+) engine steps", s.log()).group(1))
+    assert steps == (long_tokens + 4) // 5, (steps, long_tokens)
+
+    s = Server("--step-tokens", "5")
+    try:
         threads = [threading.Thread(target=complete, args=(s.url, i, got))
-                   for i in range(len(prompts))]
+                   for i in range(long_prompt)]
         for t in threads:
             t.start()
         for t in threads:
