@@ -553,9 +553,9 @@ HWY_INLINE void AttendRows(const float* q, int64_t ldq, int64_t D, const int64_t
 // together; a run of one row (decode, a batch of decoding sequences) goes through AttendRows
 // with the query heads that share its KV head as the rows (up to kAttnRows of them, run by the
 // task of the first: the others skip it), so those heads load each key and value once where
-// each head's task loaded them again (a decode batch of 64 sequences read the cache G times
-// from memory: the sequences of a group of rows do not fit in L2 together). The rows of a tile
-// never change a dot product's schedule, so every head's bits are the same either way. Head
+// each head's task loaded them again (measured: 2 % less forward time serving 64 streams of the
+// default model, G = 2; the reloads mostly hit the cache). The rows of a tile never change a
+// dot product's schedule, so every head's bits are the same either way. Head
 // dims of 4 or 8 below the vector width go row by row through AttendRowNarrow.
 // FP8 caches read the codes in place (RowFp8 without block scales: the exact E4M3 values, as
 // f32) and multiply each key's and value's scale in after its sum (kscale / vscale): the

@@ -1425,12 +1425,13 @@ cudaError_t dispatch_bf16(const bf16_bits* x, int T, const bf16_bits* w, int N, 
                           size_t workspace_bytes, int64_t kseg, int ldy, int64_t full_n,
                           Epi epi = {}, bool pdl = true) {
   if (kernel == MatmulKernel::Auto) {
-    // 33-64 rows over weights of at most 8192 rows, whose 64-row RowsTMA blocks leave SMs idle
+    // 33-64 rows over weights of at most 8192 rows (full_n: a block of a weight's rows chooses
+    // as the whole weight), whose 64-row RowsTMA blocks leave SMs idle
     // (64 blocks of 4096 rows on 132 SMs): TileTMA64's pipeline with the tokens in wgmma's A and
     // boxes of 32 weight rows in B, 128 blocks (H100, T = 64: 4096 x 4096 20.9 against 24.2 us,
     // 4096 x 14336 53.7 against 62.3; at T = 32 it lost, 23.9 against 22.1 and 68.4 against
     // 58.1). The same chain and fold as every wgmma tiling: the same bits.
-    if (T > 32 && T <= 64 && N <= 8192)
+    if (T > 32 && T <= 64 && full_n <= 8192)
       if (const cudaError_t e = launch_tma<1, 32, 8>(x, T, w, N, K, y, s, kseg, ldy, epi, pdl);
           e != cudaErrorNotSupported)
         return e;
