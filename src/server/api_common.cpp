@@ -58,7 +58,8 @@ EngineRequest engine_request(const ServerContext& ctx, const GenParams& g,
   r.sampling = g.sampling;
   r.logprobs = g.logprobs;
   r.top_logprobs = g.logprobs ? std::max(g.top_logprobs, 0) : 0;
-  r.stop_ids = ctx.end_of_turn_ids;
+  r.ignore_eos = g.ignore_eos;
+  if (!g.ignore_eos) r.stop_ids = ctx.end_of_turn_ids;
   if (g.forced_output) {
     if (!ctx.opt.test_hooks)
       throw ApiError(400,

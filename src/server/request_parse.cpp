@@ -265,6 +265,7 @@ GenParams parse_gen_params(const json& body, Api api, const ParseLimits& lim) {
     g.include_usage = get_bool(*so, "include_usage").value_or(false);
 
   if (auto f = get_string(body, "basalt_forced_output")) g.forced_output = *f;
+  g.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
   return g;
 }
 

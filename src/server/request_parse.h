@@ -43,6 +43,9 @@ struct GenParams {
   bool logprobs = false;
   int top_logprobs = 0;
   std::optional<std::string> forced_output;  // test hook "basalt_forced_output"
+  // vLLM's extension (benchmarks): go on past EOS and the template's end-of-turn tokens, to the
+  // token limit.
+  bool ignore_eos = false;
 };
 
 struct ParseLimits {

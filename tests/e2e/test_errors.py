@@ -48,6 +48,7 @@ def test_body_not_an_object(http, still_serves):
     ({"messages": OK_MSGS, "max_tokens": "ten"}, "max_tokens"),
     ({"messages": OK_MSGS, "temperature": "hot"}, "temperature"),
     ({"messages": OK_MSGS, "stream": "yes"}, "stream"),
+    ({"messages": OK_MSGS, "ignore_eos": 1}, "ignore_eos"),
     ({"messages": OK_MSGS, "stop": 5}, "stop"),
     ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
     ({"messages": [{"content": "x"}]}, "messages[0].role"),

@@ -40,6 +40,26 @@ def test_stop_string_completions(oai):
     assert r.choices[0].finish_reason == "stop"
 
 
+def test_ignore_eos(oai):
+    # The forced text holds the template's end of turn: generation stops there, unless
+    # ignore_eos (vLLM's extension) lets it run on to the token limit.
+    body = forced("Hello world.<|im_end|> after the end of the turn")
+    r = oai.completions.create(model=MODEL, prompt="x", max_tokens=8, extra_body=body)
+    assert r.choices[0].text == "Hello world."
+    assert r.choices[0].finish_reason == "stop"
+    stopped = r.usage.completion_tokens
+    assert stopped < 8
+    r = oai.completions.create(model=MODEL, prompt="x", max_tokens=8,
+                               extra_body={**body, "ignore_eos": True})
+    assert r.choices[0].text.startswith("Hello world. after")
+    assert (r.choices[0].finish_reason, r.usage.completion_tokens) == ("length", 8)
+    chunks = list(oai.chat.completions.create(model=MODEL, messages=ASK, max_tokens=8,
+                                              stream=True, stream_options={"include_usage": True},
+                                              extra_body={**body, "ignore_eos": True}))
+    assert chunks[-1].usage.completion_tokens == 8
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+
+
 def test_stop_sequence_messages(claude):
     m = claude.messages.create(model=MODEL, max_tokens=200, messages=ASK,
                                stop_sequences=["STOP"], extra_body=forced(TEXT))
