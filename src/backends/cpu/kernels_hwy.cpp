@@ -217,9 +217,10 @@ HWY_INLINE void MatmulT(const float* x, int64_t T, int64_t K, int64_t n0, int64_
 }
 
 // Scaled formats (ops/ref/scaled.h): y[t, n] = factor(n) · Σ_k inner(n, k) · x[t, k]. The inner
-// values are decoded in registers (table gathers: E4M3 codes through a 256-entry table, E2M1
-// through a 16-entry one times the group's E4M3 scale) with the products ref::scaled_inner_row
-// forms, fed to Tile exactly as F32 weights, and each column is then multiplied by its factor:
+// values are decoded in registers (E4M3 and E2M1 codes by moving their bits into f16s, the
+// E2M1 ones then times the group's E4M3 scale; the tables for scalar tails) with the products
+// ref::scaled_inner_row forms, fed to Tile exactly as F32 weights, and each column is then
+// multiplied by its factor:
 // the same arithmetic for every T. A vector step never straddles an NVFP4 group (16) or an FP8
 // block (a multiple of 16): lanes ≤ 16 and steps start at multiples of the lane count.
 struct ScaledTables {
@@ -260,7 +261,27 @@ struct RowNvfp4 {    // inner = e2m1(q) · e4m3(S[k / 16])
   const uint8_t* q;  // the row's packed codes
   const uint8_t* S;  // the row's group scales
   const ScaledTables* tb;
+  // E2M1 → f16 by moving the bits (sign to bit 15, exponent and mantissa to bits 11..9: the
+  // value · 2^-14, code 1 an f16 subnormal), the hardware f16 → f32 conversion, then one multiply
+  // by the group scale · 2^14: e2m1 · e4m3 exactly (≤ 6 significant bits), the table's product.
+  // The L / 2 bytes of L codes go to 32-bit lanes b; b | b << 12 masked holds the low nibble in
+  // the lane's low 16 bits and the high nibble in its high 16 bits: codes in k order as 16-bit
+  // lanes.
   HWY_INLINE hn::Vec<DF> load(DF d, int64_t k) const {
+    if constexpr (hn::MaxLanes(DF()) >= 2) {
+      const hn::Half<DF> dhalf;
+      const hn::Rebind<uint8_t, decltype(dhalf)> d8;
+      const hn::Rebind<uint32_t, decltype(dhalf)> d32;
+      const hn::Rebind<uint16_t, DF> d16;
+      const hn::Rebind<hwy::float16_t, DF> dh;
+      const auto b = hn::PromoteTo(d32, hn::LoadU(d8, q + k / 2));
+      const auto c =
+          hn::BitCast(d16, hn::And(hn::Or(b, hn::ShiftLeft<12>(b)), hn::Set(d32, 0x000F000Fu)));
+      const auto bits = hn::Or(hn::ShiftLeft<12>(hn::And(c, hn::Set(d16, 8))),
+                               hn::ShiftLeft<9>(hn::And(c, hn::Set(d16, 7))));
+      return hn::Mul(hn::PromoteTo(d, hn::BitCast(dh, bits)),
+                     hn::Set(d, tb->e4m3[S[k / 16]] * 16384.0f));
+    }
     const hn::Rebind<int32_t, DF> di;
     HWY_ALIGN int32_t idx[16];
     const int64_t L = int64_t(hn::Lanes(d));
