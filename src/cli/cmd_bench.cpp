@@ -40,6 +40,9 @@ struct BenchArgs {
   // drafts) at the context after the decode, rolled back after each; a pass of 1 row is timed
   // too, the unit of the speed-up T · c(1) / c(T) every draft standing would give.
   std::vector<int64_t> verify_rows;
+  // --batch: B sequences, each prefilled alone, then decoding together: n passes of B rows
+  // (one token of each sequence, each over its own KV history: a serving decode step).
+  int64_t batch = 1;
 };
 
 double now_s() {
@@ -100,13 +103,16 @@ int run_bench(const BenchArgs& a) {
   const ModelConfig& c = model->config();
   struct Row {
     int64_t P;
-    double pre_s, dec_s;
+    double pre_s, dec_s;           // per sequence (prefill), per step (decode) × n
     std::vector<double> verify_s;  // median per --verify-rows entry
   };
   const int64_t max_rows =
       a.verify_rows.empty() ? 0 : *std::max_element(a.verify_rows.begin(), a.verify_rows.end());
   if (!a.verify_rows.empty() && !a.spec.empty())
     fail("[bench] --verify-rows times plain passes: leave out --spec");
+  const int64_t B = a.batch;
+  if (B > 1 && (!a.spec.empty() || !a.verify_rows.empty()))
+    fail("[bench] --batch times plain decode steps: leave out --spec and --verify-rows");
   std::vector<int64_t> vrows = a.verify_rows;
   for (int64_t T : vrows)
     if (T < 1 || T > 256) fail("[bench] --verify-rows {}: 1 … 256 rows", T);
@@ -136,6 +142,47 @@ int run_bench(const BenchArgs& a) {
         pre.push_back(st.prefill_s);
         dec.push_back(st.decode_s);
         spec = st;
+      }
+      rows.push_back({P, median(pre), median(dec), {}});
+      continue;
+    }
+    if (B > 1) {
+      // Each sequence its own ids (no prefix shared through the cache), prefilled alone; then
+      // n greedy steps of one token of every sequence in one pass.
+      const int64_t per_seq = (P + a.n + 15) / 16 * 16;
+      auto pool = model->new_kv_pool(*be, B * per_seq, 16, B);
+      std::vector<std::vector<int32_t>> seq_ids(static_cast<size_t>(B), ids);
+      for (int64_t b = 1; b < B; ++b)
+        for (int64_t i = 0; i < P; ++i)
+          seq_ids[size_t(b)][size_t(i)] = int32_t((i * 7919 + 17 + b * 104729) % c.vocab);
+      std::vector<float> logits(static_cast<size_t>(B * c.vocab));
+      for (int r = 0; r < a.repeats; ++r) {
+        std::vector<KvSequence> seqs(static_cast<size_t>(B));
+        std::vector<int32_t> next(static_cast<size_t>(B));
+        const int64_t chunk = a.prefill_chunk > 0 ? a.prefill_chunk : P;
+        double t0 = now_s();
+        for (int64_t b = 0; b < B; ++b) {
+          const std::span<const int32_t> p = seq_ids[size_t(b)];
+          for (int64_t i = 0; i < P; i += chunk)
+            model->forward(*be, *pool, seqs[size_t(b)],
+                           p.subspan(size_t(i), size_t(std::min(chunk, P - i))), logits.data(),
+                           false, &next[size_t(b)]);
+        }
+        pre.push_back((now_s() - t0) / double(B));
+        std::vector<Model::BatchItem> items(static_cast<size_t>(B));
+        std::vector<int32_t> in(static_cast<size_t>(B));
+        t0 = now_s();
+        for (int64_t i = 0; i < a.n; ++i) {
+          in = next;
+          for (int64_t b = 0; b < B; ++b) {
+            KvSequence& s = seqs[size_t(b)];
+            if (!pool->reserve(s, 1)) fail("[bench] --batch {}: the KV pool is full", B);
+            items[size_t(b)] = {&s, std::span<const int32_t>(&in[size_t(b)], 1)};
+          }
+          model->forward(*be, *pool, items, logits.data(), next.data());
+        }
+        dec.push_back(now_s() - t0);
+        for (KvSequence& s : seqs) pool->release(s);
       }
       rows.push_back({P, median(pre), median(dec), {}});
       continue;
@@ -212,10 +259,14 @@ int run_bench(const BenchArgs& a) {
   for (const Row& row : rows) {
     const int64_t P = row.P;
     const double pre_s = row.pre_s, dec_s = row.dec_s;
-    const double pre_tps = double(P) / pre_s, dec_tps = a.n > 0 ? double(a.n) / dec_s : 0.0;
-    // Decode reads the weights and the KV at the mean context of the decode steps.
+    const double pre_tps = double(P) / pre_s, dec_tps = a.n > 0 ? double(B * a.n) / dec_s : 0.0;
+    // Decode reads the weights and the KV at the mean context of the decode steps; a step of B
+    // sequences reads the weights once and B histories (bytes below: a step's, per token).
+    const size_t kv_row = be->kv_row_bytes(model->config().head_dim);
+    const double kv_bytes =
+        double(model->decode_bytes(P + a.n / 2, kv_row) - model->decode_bytes(0, kv_row));
     const double bytes =
-        double(model->decode_bytes(P + a.n / 2, be->kv_row_bytes(model->config().head_dim)));
+        (double(model->decode_bytes(0, kv_row)) + double(B) * kv_bytes) / double(B);
     double prefill_flops = 0;
     for (int64_t p = 0; p < P; ++p) prefill_flops += model->token_flops(p);
     const double bw_frac = bytes * dec_tps / copy_bw;
@@ -234,6 +285,8 @@ int run_bench(const BenchArgs& a) {
                           {"context", P + a.n},
                           {"prompt_tokens", P},
                           {"decode_tokens", a.n},
+                          {"batch", B},
+                          {"decode_step_ms", a.n > 0 ? dec_s / double(a.n) * 1e3 : 0.0},
                           {"prefill_tok_s", pre_tps},
                           {"ttft_ms", pre_s * 1e3},
                           {"decode_tok_s", dec_tps},
@@ -274,6 +327,12 @@ int run_bench(const BenchArgs& a) {
                    "one buffer each %.1f)\n",
                    (long long)chunk, double(plan.peak) / (1 << 20),
                    double(plan.lower_bound) / (1 << 20), double(plan.naive_sum) / (1 << 20));
+      if (B > 1)
+        std::fprintf(stderr,
+                     "decode of %lld sequences together: %.3f ms a step of %lld rows, %.2f "
+                     "tok/s each; prefill (each alone) %.1f ms a sequence\n",
+                     (long long)B, a.n > 0 ? dec_s / double(a.n) * 1e3 : 0.0, (long long)B,
+                     dec_tps / double(B), pre_s * 1e3);
       for (size_t v = 0; v < row.verify_s.size(); ++v)
         std::fprintf(stderr,
                      "verification pass of %lld rows at context %lld: %.3f ms (%.2fx a one-row "
@@ -319,6 +378,11 @@ Runner add_bench(CLI::App& app) {
                  "1,2,3,5,9, at the context after the decode, and the speed-up if every draft "
                  "stood")
       ->delimiter(',');
+  sc->add_option("--batch", a->batch,
+                 "Sequences decoding together (each its own prompt and KV history, prefilled "
+                 "alone): decode tok/s counts every sequence's tokens, as a serving decode step "
+                 "of this many streams")
+      ->check(CLI::Range(1, 1024));
   sc->add_flag("--json", a->json, "One JSON object per configuration");
   return [a] { return run_bench(*a); };
 }

@@ -322,6 +322,15 @@ TEST(Cli, GenerateWithNgramSpeculationPrintsThePlainText) {
   }
   EXPECT_EQ(jv["verify_full_acceptance_speedup"]["1"].get<double>(), 1.0);
   EXPECT_NE(run("bench --device cpu -p 8 -n 8 -r 1 --verify-rows 3 --spec ngram").code, 0);
+  // Decode steps of several sequences together (a serving batch).
+  Result bt = run("bench --device cpu -p 16 -n 8 -r 1 --json --batch 3");
+  ASSERT_EQ(bt.code, 0) << bt.err;
+  const auto jb = nlohmann::json::parse(bt.out.substr(bt.out.find('{')));
+  EXPECT_EQ(jb["batch"].get<int64_t>(), 3);
+  EXPECT_GT(jb["decode_step_ms"].get<double>(), 0.0);
+  EXPECT_NEAR(jb["decode_tok_s"].get<double>(), 3 * 1e3 / jb["decode_step_ms"].get<double>(),
+              1e-6 * jb["decode_tok_s"].get<double>());
+  EXPECT_NE(run("bench --device cpu -p 8 -n 8 -r 1 --batch 2 --spec ngram").code, 0);
   Result not_a_model =
       run("bench --device cpu -p 8 -n 8 -r 1 -m " + quote(golden + "dspark_qwen3"));
   EXPECT_NE(not_a_model.code, 0);
