@@ -5,7 +5,8 @@
 # llama-3.1-8b matmuls at MM_T rows (`bench_cuda_kernels matmul`, default 32 and 64), the time
 # of 32- and 64-row passes (`basalt bench --verify-rows`), and `serve` (--step-tokens STEP,
 # default 1024) under bench/serve_load.py at STREAMS (default 64,64; every request its own
-# prompt). PROFILE64=1 adds the per-op times of 64-row passes; the GPU suites run last under the
+# prompt). PROFILE64=1 adds the per-op times of 64-row passes; BATCH64=0 leaves out the decode
+# steps of 64 sequences (below); the GPU suites run last under the
 # last setting (SKIP_TESTS=1: not). Run from the repository root on the GPU machine with
 # build-cuda/ from bench/cuda/pack.sh; results in $OUT.
 . "$(dirname "$0")/session_common.sh"
@@ -29,6 +30,19 @@ for e in $ENVS; do
       --verify-rows 64 > "$OUT/profile64_${e##*=}.txt" 2>&1
   fi
 done
+# Decode steps of BATCH (default 64) sequences, each its own 512-token history (`basalt bench
+# --batch`): a serving decode step without the server, and its per-op times (the T<=64 rows).
+if [ "${BATCH64:-1}" = 1 ]; then
+  for e in $ENVS; do
+    echo "== $e" | tee -a "$OUT/batch64.txt"
+    env $e $B/basalt bench -m $M --device cuda -p 512 -n 32 -r 2 --batch ${BATCH:-64} \
+      >> "$OUT/batch64.txt" 2>&1
+    grep -E "sequences together|^ +512" "$OUT/batch64.txt" | tail -n 2
+    env $e BASALT_CUDA_PROFILE=1 $B/basalt bench -m $M --device cuda -p 512 -n 8 -r 1 \
+      --batch ${BATCH:-64} > "$OUT/profile_batch_${e##*=}.txt" 2>&1
+    grep -E "^T<=64" "$OUT/profile_batch_${e##*=}.txt" | head -n 16
+  done
+fi
 if [ "${SERVE:-1}" = 1 ]; then
   for e in $ENVS; do
     export $e

@@ -756,7 +756,8 @@ class CudaBackend final : public Backend {
 
  private:
   // Runs one launch; with profiling, between two events attributed to `name` (and the weight
-  // shape for matmuls) and the pass kind (T = 1 decode or a longer pass).
+  // shape for matmuls) and the pass kind (T = 1 decode, 2-64 rows: serving steps and
+  // verification, or a longer pass: prefill).
   template <class F>
   void op(const char* name, int64_t N, int64_t K, F&& launch) {
     if (!opt_.profile) {
@@ -768,7 +769,8 @@ class CudaBackend final : public Backend {
     check(launch(), name);
     check(cudaEventRecord(b, stream_), "event");
     std::string key = N ? fmt::format("{} {}x{}", name, N, K) : std::string(name);
-    pending_.push_back({fmt::format("{:<5} {}", T_ == 1 ? "T=1" : "T>1", key), a, b});
+    const char* pass = T_ == 1 ? "T=1" : T_ <= 64 ? "T<=64" : "T>64";
+    pending_.push_back({fmt::format("{:<5} {}", pass, key), a, b});
   }
   cudaEvent_t event() {
     if (!free_events_.empty()) {
