@@ -40,6 +40,8 @@ if [ -n "${PEER:-}" ]; then
 fi
 find "$P" -type f -perm -u+x ! -name '*.so*' -exec strip {} \;
 mkdir -p build-pack
-tar -C "$tmp" -cf - build-cuda | xz -T2 -3 > build-pack/bc.tar.xz
+tar -C "$tmp" -cf - build-cuda | xz -T2 -3 > build-pack/bc.tar.xz.part
+# (renamed into place: a device call starting meanwhile carries the old archive or the new, whole)
+mv build-pack/bc.tar.xz.part build-pack/bc.tar.xz
 rm -rf "$tmp"
 ls -la build-pack/bc.tar.xz
