@@ -330,6 +330,13 @@ TEST(Cli, GenerateWithNgramSpeculationPrintsThePlainText) {
   EXPECT_GT(jb["decode_step_ms"].get<double>(), 0.0);
   EXPECT_NEAR(jb["decode_tok_s"].get<double>(), 3 * 1e3 / jb["decode_step_ms"].get<double>(),
               1e-6 * jb["decode_tok_s"].get<double>());
+  // The weights are read once a step, so a token of three sequences costs fewer bytes than one
+  // sequence's at the same context.
+  Result b1 = run("bench --device cpu -p 16 -n 8 -r 1 --json");
+  ASSERT_EQ(b1.code, 0) << b1.err;
+  const auto j1 = nlohmann::json::parse(b1.out.substr(b1.out.find('{')));
+  EXPECT_EQ(j1["batch"].get<int64_t>(), 1);
+  EXPECT_LT(jb["bytes_per_token"].get<double>(), j1["bytes_per_token"].get<double>());
   EXPECT_NE(run("bench --device cpu -p 8 -n 8 -r 1 --batch 2 --spec ngram").code, 0);
   Result not_a_model =
       run("bench --device cpu -p 8 -n 8 -r 1 -m " + quote(golden + "dspark_qwen3"));
