@@ -149,9 +149,9 @@ int run_bench(const BenchArgs& a) {
     if (B > 1) {
       // Each sequence its own ids (no prefix shared through the cache), prefilled alone; then
       // n greedy steps of one token of every sequence in one pass.
-      // Whole blocks for each sequence: the pool's block is 16 rounded up to the backend's
-      // multiple (64 on CUDA), so a sequence may need more than P + n rounded to 16.
-      const int64_t m = be->kv_block_multiple(), block = (16 + m - 1) / m * m;
+      // Whole blocks for each sequence, in the pool's own block (64 tokens on CUDA), so a
+      // sequence may need more than P + n rounded to 16.
+      const int64_t block = Model::kv_block_size(*be);
       const int64_t per_seq = (P + a.n + block - 1) / block * block;
       auto pool = model->new_kv_pool(*be, B * per_seq, block, B);
       std::vector<std::vector<int32_t>> seq_ids(static_cast<size_t>(B), ids);

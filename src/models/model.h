@@ -180,8 +180,11 @@ class Model {
   void forward_mtp(Backend& be, KvPool& pool, KvSequence& seq, std::span<const int32_t> tokens,
                    const float* hidden, float* logits, bool all_logits, int32_t* argmax,
                    bool keep_hidden);
+  // The block size a pool on `be` takes for a requested `block_size`: rounded up to the
+  // backend's block multiple (64 on CUDA).
+  static int64_t kv_block_size(const Backend& be, int64_t block_size = 16);
   // A pool for `tokens` positions in the backend's memory and KV dtype, in blocks of
-  // `block_size` rounded up to the backend's block multiple.
+  // kv_block_size(be, block_size).
   // Hybrid models also get `max_seqs` recurrent-state slots (sequences alive at once) and
   // `snapshots` state snapshots for the prefix cache (-1: twice max_seqs; kv/kv_pool.h).
   std::unique_ptr<KvPool> new_kv_pool(Backend& be, int64_t tokens, int64_t block_size = 16,

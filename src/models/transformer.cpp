@@ -121,10 +121,14 @@ std::string Model::weight_dtypes() const {
   return s;
 }
 
+int64_t Model::kv_block_size(const Backend& be, int64_t block_size) {
+  const int64_t m = be.kv_block_multiple();
+  return (block_size + m - 1) / m * m;
+}
+
 std::unique_ptr<KvPool> Model::new_kv_pool(Backend& be, int64_t tokens, int64_t block_size,
                                            int64_t max_seqs, int64_t snapshots) const {
-  const int64_t m = be.kv_block_multiple();
-  block_size = (block_size + m - 1) / m * m;
+  block_size = kv_block_size(be, block_size);
   KvStorage st;
   st.alloc = [&be](size_t n) { return be.alloc(n); };
   st.free = [&be](void* p) { be.dealloc(p); };
