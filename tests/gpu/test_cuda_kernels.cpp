@@ -609,6 +609,29 @@ void test_matmul_scaled(bc::ScaledFormat fmt, int64_t N, int64_t K, int64_t B = 
     check(std::equal(part.begin(), part.begin() + rn * K, inner.begin() + r0 * K),
           tag + " fragment layout: dequant_scaled of rows 5 .. 41 == ref inner, bitwise");
   }
+  // NVFP4 in the wgmma layout: dequant_scaled writes inner · 2^-7 (nvfp4_wg.h), whole and for a
+  // run of rows that starts and ends inside 64-row blocks; its matmuls multiply by factor · 2^7.
+  const bool wgl = fmt == bc::ScaledFormat::NVFP4 && K % 128 == 0;
+  std::unique_ptr<Dev<uint8_t>> wq;
+  bc::ScaledWeight ww = d.w;
+  if (wgl) {
+    wq = std::make_unique<Dev<uint8_t>>(bc::nvfp4_wg_bytes(N, K));
+    CK(bc::nvfp4_to_wg(d.w, wq->p, nullptr));
+    ww.wg = true, ww.data = wq->p, ww.scales = nullptr;
+    std::vector<uint16_t> shifted(inner.size());
+    for (size_t i = 0; i < inner.size(); ++i)  // exact: inner is 0 or at least 2^-10
+      shifted[i] = f32_to_bf16(std::ldexp(bf16_to_f32(inner[i]), -7));
+    dinner.poison();
+    CK(bc::dequant_scaled(ww, 0, N, dinner.p, nullptr));
+    check(dinner.down() == shifted,
+          tag + " wgmma layout: dequant_scaled == ref inner · 2^-7, bitwise");
+    const int64_t r0 = 37, rn = std::min<int64_t>(70, N - r0);
+    dinner.poison();
+    CK(bc::dequant_scaled(ww, r0, rn, dinner.p, nullptr));
+    const auto part = dinner.down();
+    check(std::equal(part.begin(), part.begin() + rn * K, shifted.begin() + r0 * K),
+          tag + " wgmma layout: dequant_scaled of rows 37 .. 106 == ref inner · 2^-7, bitwise");
+  }
   dinner.up(inner);
 
   auto x = rand_bf16(size_t(Tmax * K));
@@ -685,37 +708,48 @@ void test_matmul_scaled(bc::ScaledFormat fmt, int64_t N, int64_t K, int64_t B = 
           {bc::ScaledKernel::Dequant, T <= 64, size_t(128 * K * 2), "dequant 128-row blocks"});
     runs.push_back({bc::ScaledKernel::Auto, T <= 64, scr_bytes, "auto"});
     for (const Run& r : runs)
-      for (int f = 0; f < (frag ? 2 : 1); ++f) {
-        if (f && r.config) continue;  // (the fragment kernel has one shape)
+      for (int f = 0; f < 3; ++f) {
+        if ((f == 1 && !frag) || (f == 2 && !wgl)) continue;
+        if (f && r.config) continue;  // (the fragment and wgmma kernels have one shape)
         dy.poison();
         bc::set_matmul_scaled_config(r.config);
-        CK(bc::matmul_scaled(dx.p, T, f ? fw : d.w, dy.p, nullptr, r.k, r.ws ? ws.p : nullptr,
-                             r.ws ? ws_bytes : 0, r.scratch ? scr.p : nullptr, r.scratch));
+        CK(bc::matmul_scaled(dx.p, T,
+                             f == 2 ? ww
+                             : f    ? fw
+                                    : d.w,
+                             dy.p, nullptr, r.k, r.ws ? ws.p : nullptr, r.ws ? ws_bytes : 0,
+                             r.scratch ? scr.p : nullptr, r.scratch));
         bc::set_matmul_scaled_config(0);
-        compare(f ? "fragment layout " + r.name : r.name, T);
+        compare(f == 2 ? "wgmma layout " + r.name : f ? "fragment layout " + r.name : r.name, T);
       }
   }
-  if (frag) {  // every T of the fragment kernel's four token tilings, split and folded
+  // Every T of the fragment and wgmma kernels' four token tilings, split and folded.
+  for (int f = 1; f < 3; ++f) {
+    if ((f == 1 && !frag) || (f == 2 && !wgl)) continue;
     int bad = 0;
     for (int64_t T = 1; T <= 64; ++T)
       for (bool use_ws : {false, true}) {
         dy.poison();
-        CK(bc::matmul_scaled(dx.p, T, fw, dy.p, nullptr, bc::ScaledKernel::Fused,
+        CK(bc::matmul_scaled(dx.p, T, f == 2 ? ww : fw, dy.p, nullptr, bc::ScaledKernel::Fused,
                              use_ws ? ws.p : nullptr, use_ws ? ws_bytes : 0));
         const auto got = dy.down();
         bad += std::memcmp(got.data(), want.data(), size_t(T * N) * 4) != 0;
       }
-    check(bad == 0, tag +
-                        " fragment layout fused, T = 1 .. 64, with and without the workspace, "
+    check(bad == 0, tag + (f == 2 ? " wgmma" : " fragment") +
+                        " layout fused, T = 1 .. 64, with and without the workspace, "
                         "== matmul_bf16(inner) · factor bitwise (" +
                         std::to_string(bad) + " of 128 differ)");
   }
   if (fused_ok) {  // run-to-run, split mode (counters left at zero)
-    for (int f = 0; f < (frag ? 2 : 1); ++f) {
-      const bc::ScaledWeight& w = f ? fw : d.w;
+    for (int f = 0; f < 3; ++f) {
+      if ((f == 1 && !frag) || (f == 2 && !wgl)) continue;
+      const bc::ScaledWeight& w = f == 2 ? ww : f ? fw : d.w;
       CK(bc::matmul_scaled(dx.p, 7, w, dy.p, nullptr, bc::ScaledKernel::Fused, ws.p, ws_bytes));
       CK(bc::matmul_scaled(dx.p, 7, w, dy.p, nullptr, bc::ScaledKernel::Fused, ws.p, ws_bytes));
-      compare(f ? "fragment layout fused split-K, third run" : "fused split-K, third run", 7);
+      compare(f == 2   ? "wgmma layout fused split-K, third run"
+              : f == 1 ? "fragment layout fused split-K, third run"
+                       : "fused split-K, third run",
+              7);
     }
   }
 }
@@ -760,6 +794,8 @@ void test_matmul_scaled_known() {
     s[size_t(2 * (K / 16) + 1)] = 0x40;  // (2.0)
     q[size_t(3 * K / 2 + 31)] = 0x10;    // row 3: k62 = 0, k63 = code 1 (0.5)
     s[size_t(3 * (K / 16) + 3)] = 0x01;  // E4M3 subnormal 2^-9
+    q[size_t(4 * K / 2)] = 0xB3;         // row 4: k0 = code 3 (1.5), k1 = code 0xB (-1.5),
+    s[size_t(4 * (K / 16))] = 0x00;      // group scale 0: y row 4 is 0 for every x
     Dev<uint8_t> dq(q.size()), ds(s.size());
     dq.up(q), ds.up(s);
     bc::ScaledWeight w;
@@ -781,6 +817,12 @@ void test_matmul_scaled_known() {
     bc::ScaledWeight fw = w;
     fw.frag = true, fw.data = fq.p, fw.scales = fs.p;
     run_all(fw, want, "matmul_scaled NVFP4 fragment layout");
+    // The wgmma layout (the negative scale as above; row 4's zero scale zeroes its codes).
+    Dev<uint8_t> wqm(bc::nvfp4_wg_bytes(N, K));
+    CK(bc::nvfp4_to_wg(w, wqm.p, nullptr));
+    bc::ScaledWeight ww = w;
+    ww.wg = true, ww.data = wqm.p, ww.scales = nullptr;
+    run_all(ww, want, "matmul_scaled NVFP4 wgmma layout");
   }
   // FP8 codes: row 0 k0 1.0 (0x38), k1 -2.0 (0xC0); row 1 k1 2^-9 (0x01); row 2 k16 3.5 (0x46),
   // k17 -0.8125 (0xB5); row 3 k63 448 (0x7E).

@@ -212,7 +212,19 @@ class CudaBackend final : public Backend {
     // BASALT_CUDA_NVFP4_FRAG=1: NVFP4 with K % 64 == 0 is kept in the fragment layout
     // (kernels.h nvfp4_to_frag), whose decode kernel streams codes straight into registers.
     // Same bits; opt-in because it is slower on most llama-3.1-8b shapes so far (docs/cuda.md).
-    if (w.dtype == DType::NVFP4 && w.cols % 64 == 0 && frag_enabled()) {
+    // BASALT_CUDA_NVFP4_WG=1: NVFP4 with K % 128 == 0 is kept in the wgmma layout (kernels.h
+    // nvfp4_to_wg), whose decode kernel puts the weights in wgmma's register operand.
+    if (w.dtype == DType::NVFP4 && w.cols % 128 == 0 && wg_enabled()) {
+      ScaledWeight cw = scaled_weight(d);
+      void* wb = alloc(nvfp4_wg_bytes(w.rows, w.cols));
+      check(nvfp4_to_wg(cw, static_cast<uint8_t*>(wb), stream_), "nvfp4_to_wg");
+      check(cudaStreamSynchronize(stream_), "nvfp4_to_wg");
+      dealloc(dd);
+      if (d.scales) dealloc(const_cast<void*>(d.scales));
+      d.data = wb;
+      d.scales = wb;  // (unused: the blobs hold the scales)
+      wg_.insert(wb);
+    } else if (w.dtype == DType::NVFP4 && w.cols % 64 == 0 && frag_enabled()) {
       ScaledWeight cw = scaled_weight(d);
       void* fc = alloc(nvfp4_frag_code_bytes(w.rows, w.cols));
       void* fs = alloc(nvfp4_frag_scale_bytes(w.rows, w.cols));
@@ -236,6 +248,13 @@ class CudaBackend final : public Backend {
           w.dtype == DType::F8_E4M3 && w.scales && w.scale_block ? " and B % 128 == 0" : "");
     return d;
   }
+  static bool wg_enabled() {
+    static const bool on = [] {
+      const char* e = std::getenv("BASALT_CUDA_NVFP4_WG");
+      return e && std::string(e) == "1";
+    }();
+    return on;
+  }
   static bool frag_enabled() {
     static const bool on = [] {
       const char* e = std::getenv("BASALT_CUDA_NVFP4_FRAG");
@@ -246,12 +265,13 @@ class CudaBackend final : public Backend {
   ScaledWeight scaled_weight(const WeightRef& w) const {
     ScaledWeight s;
     s.frag = frag_.count(w.data) > 0;
+    s.wg = wg_.count(w.data) > 0;
     s.format = w.dtype == DType::NVFP4 ? ScaledFormat::NVFP4
                : !w.scales             ? ScaledFormat::FP8
                : w.scale_block == 0    ? ScaledFormat::FP8Rows
                                        : ScaledFormat::FP8Blocks;
     s.data = static_cast<const uint8_t*>(w.data);
-    s.scales = w.scales;
+    s.scales = s.wg ? nullptr : w.scales;
     s.scale = w.scale;
     s.N = w.rows, s.K = w.cols;
     s.block = w.scale_block;
@@ -902,6 +922,7 @@ class CudaBackend final : public Backend {
   size_t mm_ws_bytes_ = 0;
   void* deq_ = nullptr;  // matmul_scaled's dequant scratch (bf16 inner values)
   std::unordered_set<const void*> frag_;  // NVFP4 codes kept in the fragment layout
+  std::unordered_set<const void*> wg_;    // NVFP4 weights kept in the wgmma layout
   size_t deq_bytes_ = 0;
   void *gdn_ws_ = nullptr, *moe_ws_ = nullptr;
   size_t gdn_ws_bytes_ = 0, moe_ws_bytes_ = 0;
