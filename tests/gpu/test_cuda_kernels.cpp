@@ -2323,6 +2323,7 @@ int main() {
   test_moe({1, 256, 96, 16, 4, true});
   test_moe({37, 256, 96, 16, 4, true});
   test_moe({32, 256, 96, 128, 8, true});  // the most rows routed and planned in one launch
+  test_moe({8, 2048, 256, 16, 4, true});  // the combine folded into 64 column groups of down
   test_moe({37, 256, 96, 16, 4, false});
   test_moe({37, 2048, 256, 8, 2, true});  // gate/up in 2 K segments of 1024
   test_moe({1100, 64, 32, 8, 2, false});  // two chunks of kMoeChunkRows

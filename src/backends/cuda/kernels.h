@@ -363,7 +363,9 @@ cudaError_t gdn(const GdnKernelArgs& a, cudaStream_t s);
 //            every product is exactly matmul_bf16's chain for that expert's weight (the same
 //            bits as a T=1 matmul of the row), so a row never depends on the rows sharing its
 //            tile;
-//   combine: out[t] = Σ_k p_k · y_k in rank order (f32 mul, then add).
+//   combine: out[t] = Σ_k p_k · y_k in rank order (f32 mul, then add); for passes routed and
+//            planned in one launch, by the down product's last block of each column group
+//            (moe_matmul_combine), else by a launch of its own.
 // Passes of more than kMoeChunkRows rows run in chunks of that many rows (the workspace is
 // bounded; rows are independent, so the bits are the same).
 constexpr int64_t kMoeChunkRows = 1024, kMoeMaxExperts = 8192, kMoeMaxTopK = 64;
@@ -401,6 +403,19 @@ cudaError_t moe_matmul(const bf16_bits* x, int64_t row_div, const bf16_bits* con
                        const bf16_bits* const* w1, int64_t N, int64_t K, float* y0, float* y1,
                        const int32_t* order, const int32_t* tiles, int64_t max_tiles,
                        cudaStream_t s, MatmulKernel kernel = MatmulKernel::Auto);
+// moe's down product with its combine folded in (decode-sized passes): moe_matmul(x, 1, w,
+// nullptr, N, K, y, ...) (the same y), and out[t, c] = Σ_k weights[t·top_k + k] · y[t·top_k + k, c]
+// in rank order from 0 (f32 mul, then add: moe's combine, the same bits) for t < rows, written by
+// the last block of each column group to finish (the blocks count themselves in counters, which
+// must be zero at the launch (moe's route-and-plan launch zeroes them): moe_combine_counters(N).
+constexpr int64_t moe_combine_counters(int64_t N) {
+  return (N + 15) / 16;
+}
+cudaError_t moe_matmul_combine(const bf16_bits* x, const bf16_bits* const* w, int64_t N, int64_t K,
+                               float* y, const int32_t* order, const int32_t* tiles,
+                               int64_t max_tiles, const float* weights, int64_t rows, int64_t top_k,
+                               unsigned* counters, float* out, cudaStream_t s,
+                               MatmulKernel kernel = MatmulKernel::Auto);
 // act[p, :] = bf16(silu_mul(y_gate[p, :], y_up[p, :])) (swiglu's bits) for moe_matmul's y_gate,
 // y_up of w0 = gate, w1 = up, without writing them: one block runs both chains of its columns.
 cudaError_t moe_matmul_swiglu(const bf16_bits* x, int64_t row_div, const bf16_bits* const* gate,

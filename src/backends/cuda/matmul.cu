@@ -1231,6 +1231,38 @@ struct MoeCfg {
   static constexpr size_t kSmem = size_t(STAGES) * (kMoeBM + kWRows) * kLds * 2;
 };
 
+// The combine folded into the down product (moe_matmul_combine): counters null, none.
+struct MoeCombine {
+  const float* w = nullptr;  // [rows, top_k]
+  float* out = nullptr;      // [rows, N]
+  unsigned* counters = nullptr;
+  int rows = 0, top_k = 0;
+};
+// Each block of column group blockIdx.y calls this once its y columns are written (or at once, for
+// an unused tile); the last of the group's gridDim.x blocks to arrive writes out for its columns
+// [n0, n0 + BN) in the combine's order. The fences and the atomic are CUDA's last-block pattern
+// (threadFenceReduction); the other blocks' y is read through L2 (__ldcg).
+__device__ __forceinline__ void moe_combine_arrive(const MoeCombine& c, const float* y, int N,
+                                                   int n0, int BN) {
+  __shared__ unsigned last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(c.counters + blockIdx.y, 1u) + 1u == gridDim.x;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int cols = min(BN, N - n0);
+  for (int idx = int(threadIdx.x); idx < c.rows * cols; idx += int(blockDim.x)) {
+    const int t = idx / cols, i = n0 + idx % cols;
+    float acc = 0.0f;
+    for (int k = 0; k < c.top_k; ++k) {
+      const int p = t * c.top_k + k;
+      acc = __fadd_rn(acc, __fmul_rn(__ldcg(c.w + p), __ldcg(y + size_t(p) * N + i)));
+    }
+    c.out[size_t(t) * N + i] = acc;
+  }
+}
+
 template <int kMoeBK, int kMoeStages, bool SWIGLU, int kMoeBN>
 __global__ void __launch_bounds__(4 * kMoeBN)
     moe_matmul_kernel(const __nv_bfloat16* __restrict__ x, int row_div,
@@ -1238,7 +1270,7 @@ __global__ void __launch_bounds__(4 * kMoeBN)
                       const __nv_bfloat16* const* __restrict__ w1, float* __restrict__ y0,
                       float* __restrict__ y1, bf16_bits* __restrict__ act,
                       const int32_t* __restrict__ order, const int32_t* __restrict__ tiles,
-                      int max_tiles, int N, int K, int kSegTiles) {
+                      int max_tiles, int N, int K, int kSegTiles, MoeCombine comb) {
   // Its weights come from the plan, written by a kernel: nothing is read before pdl_wait().
   pdl_wait();
   pdl_trigger();
@@ -1252,7 +1284,11 @@ __global__ void __launch_bounds__(4 * kMoeBN)
 
   const int tile = blockIdx.x;
   const int rows = tiles[2 * max_tiles + tile];
-  if (rows <= 0) return;  // an unused tile (the grid is sized by T alone)
+  if (rows <= 0) {  // an unused tile (the grid is sized by T alone)
+    if constexpr (!SWIGLU)
+      if (comb.counters) moe_combine_arrive(comb, y0, N, int(blockIdx.y) * kMoeBN, kMoeBN);
+    return;
+  }
   const int expert = tiles[tile], first = tiles[max_tiles + tile];
   // Weight m of this block (SWIGLU: m = 0 gate, 1 up; else blockIdx.z picks w0 or w1).
   const __nv_bfloat16* __restrict__ wm[kMats];
@@ -1379,13 +1415,15 @@ __global__ void __launch_bounds__(4 * kMoeBN)
         y[o] = tot[0][e];
     }
   }
+  if constexpr (!SWIGLU)
+    if (comb.counters) moe_combine_arrive(comb, y0, N, n0, kMoeBN);
 }
 
 template <int BK, int STAGES, bool SWIGLU, int BN = kMoeBN>
 cudaError_t launch_moe(const bf16_bits* x, int64_t row_div, const bf16_bits* const* w0,
                        const bf16_bits* const* w1, int64_t N, int64_t K, float* y0, float* y1,
                        bf16_bits* act, const int32_t* order, const int32_t* tiles,
-                       int64_t max_tiles, cudaStream_t s) {
+                       int64_t max_tiles, cudaStream_t s, const MoeCombine& comb) {
   auto* kern = moe_matmul_kernel<BK, STAGES, SWIGLU, BN>;
   using Cfg = MoeCfg<BK, STAGES, SWIGLU, BN>;
   constexpr size_t smem = Cfg::kSmem;
@@ -1403,7 +1441,7 @@ cudaError_t launch_moe(const bf16_bits* x, int64_t row_div, const bf16_bits* con
                     reinterpret_cast<const __nv_bfloat16*>(x), int(row_div),
                     reinterpret_cast<const __nv_bfloat16* const*>(w0),
                     reinterpret_cast<const __nv_bfloat16* const*>(w1), y0, y1, act, order, tiles,
-                    int(max_tiles), int(N), int(K), seg_tiles);
+                    int(max_tiles), int(N), int(K), seg_tiles, comb);
 }
 
 // A tiling choice only: every variant gives the same bits (tests/gpu). Measured
@@ -1589,19 +1627,20 @@ template <bool SWIGLU>
 cudaError_t launch_moe_tiling(const bf16_bits* x, int64_t row_div, const bf16_bits* const* w0,
                               const bf16_bits* const* w1, int64_t N, int64_t K, float* y0,
                               float* y1, bf16_bits* act, const int32_t* order, const int32_t* tiles,
-                              int64_t max_tiles, cudaStream_t s, MatmulKernel kernel) {
+                              int64_t max_tiles, cudaStream_t s, MatmulKernel kernel,
+                              const MoeCombine& comb = {}) {
   if (max_tiles == 0) return cudaSuccess;
   constexpr int kDeepStages = SWIGLU ? 4 : 6;
   if (kernel == MatmulKernel::Rows16x32Deep)
     return launch_moe<256, kDeepStages, SWIGLU>(x, row_div, w0, w1, N, K, y0, y1, act, order, tiles,
-                                                max_tiles, s);
+                                                max_tiles, s, comb);
   // Fewer 32-column SwiGLU blocks than two an SM (decode): 16-column blocks, the load spread
   // evenly (the same chains: a block's width changes no element's).
   if (SWIGLU && max_tiles * ((N + kMoeBN - 1) / kMoeBN) < 2 * int64_t(sm_count()))
     return launch_moe<128, 4, SWIGLU, 16>(x, row_div, w0, w1, N, K, y0, y1, act, order, tiles,
-                                          max_tiles, s);
+                                          max_tiles, s, comb);
   return launch_moe<128, 4, SWIGLU>(x, row_div, w0, w1, N, K, y0, y1, act, order, tiles, max_tiles,
-                                    s);
+                                    s, comb);
 }
 }  // namespace
 
@@ -1613,6 +1652,21 @@ cudaError_t moe_matmul(const bf16_bits* x, int64_t row_div, const bf16_bits* con
     return cudaErrorInvalidValue;
   return launch_moe_tiling<false>(x, row_div, w0, w1, N, K, y0, y1, nullptr, order, tiles,
                                   max_tiles, s, kernel);
+}
+
+cudaError_t moe_matmul_combine(const bf16_bits* x, const bf16_bits* const* w, int64_t N, int64_t K,
+                               float* y, const int32_t* order, const int32_t* tiles,
+                               int64_t max_tiles, const float* weights, int64_t rows, int64_t top_k,
+                               unsigned* counters, float* out, cudaStream_t s,
+                               MatmulKernel kernel) {
+  if (!moe_matmul_args_ok(x, 1, N, K, max_tiles) || !w || !y || !weights || !counters || !out ||
+      rows <= 0 || top_k <= 0 || rows * top_k > 0x7fffffff || rows * N > 0x7fffffff)
+    return cudaErrorInvalidValue;
+  MoeCombine comb;
+  comb.w = weights, comb.out = out, comb.counters = counters;
+  comb.rows = int(rows), comb.top_k = int(top_k);
+  return launch_moe_tiling<false>(x, 1, w, nullptr, N, K, y, nullptr, nullptr, order, tiles,
+                                  max_tiles, s, kernel, comb);
 }
 
 cudaError_t moe_matmul_swiglu(const bf16_bits* x, int64_t row_div, const bf16_bits* const* gate,
