@@ -1560,17 +1560,29 @@ void test_long_decode_attention(int64_t P, int64_t H, int64_t Hkv, int64_t D) {
   const size_t ws_bytes = bc::attention_workspace_bytes(1, H, D, a.max_pos + 1);
   Dev<float> ws(ws_bytes / 4 + 1);
   a.workspace = ws.p, a.workspace_bytes = ws_bytes;
-  for (const auto& [sk, name] :
-       {std::pair{bc::SplitKernel::Auto, "auto"}, std::pair{bc::SplitKernel::Chunk4, "chunk4"},
-        std::pair{bc::SplitKernel::Walk4, "walk4"}, std::pair{bc::SplitKernel::Warp1, "warp1"}}) {
-    bc::set_attention_split_kernel(sk);
-    dout.poison();
-    CK(bc::attention(a, nullptr, bc::AttnKernel::Split));
-    const auto got = dout.down();
-    check(same_bits(got.data(), fused.data(), H * D * 2),
-          "decode attention at position " + std::to_string(P - 1) + " (max_pos " +
-              std::to_string(a.max_pos) + ") split " + name + " == fused, bitwise");
+  // With counters, Chunk4 and Walk4 merge in their last blocks where the context allows
+  // (AttnArgs::counters); the counters are left at zero.
+  const std::vector<uint32_t> zeros(bc::kAttnFoldCounters, 0u);
+  Dev<uint32_t> cnt(zeros.size());
+  cnt.up(zeros);
+  for (bool fold : {false, true}) {
+    a.counters = fold ? cnt.p : nullptr;
+    for (const auto& [sk, name] :
+         {std::pair{bc::SplitKernel::Auto, "auto"}, std::pair{bc::SplitKernel::Chunk4, "chunk4"},
+          std::pair{bc::SplitKernel::Walk4, "walk4"}, std::pair{bc::SplitKernel::Warp1, "warp1"}}) {
+      bc::set_attention_split_kernel(sk);
+      dout.poison();
+      CK(bc::attention(a, nullptr, bc::AttnKernel::Split));
+      const auto got = dout.down();
+      check(same_bits(got.data(), fused.data(), H * D * 2),
+            "decode attention at position " + std::to_string(P - 1) + " (max_pos " +
+                std::to_string(a.max_pos) + ", H " + std::to_string(H) + "/" + std::to_string(Hkv) +
+                ") split " + name + (fold ? " with counters (merge folded where it fits)" : "") +
+                " == fused, bitwise");
+    }
   }
+  check(cnt.down() == zeros, "decode attention at position " + std::to_string(P - 1) +
+                                 ": the folded merge's counters back at zero");
   bc::set_attention_split_kernel(bc::SplitKernel::Auto);
 }
 
@@ -2302,6 +2314,10 @@ int main() {
   test_attention({170, 8, 2, 256}, true);  // Qwen3.5 and Qwen3-Next heads
   test_attention({1100, 32, 8, 128}, false);
   test_long_decode_attention(17000, 32, 8, 128);
+  test_long_decode_attention(576, 32, 8, 128);  // decode contexts: the merge folded
+  test_long_decode_attention(3000, 40, 8, 128);
+  test_long_decode_attention(1000, 16, 4, 64);
+  test_long_decode_attention(40, 32, 4, 128);  // one chunk seen (G = 8)
   test_long_decode_attention(20000, 16, 4, 64);
   test_small_ops();
   test_rope_kv_write();

@@ -663,6 +663,13 @@ class CudaBackend final : public Backend {
     grow(ws_, ws_bytes_, ws, "attention");
     c.workspace = ws ? static_cast<float*>(ws_) : nullptr;
     c.workspace_bytes = ws ? ws_bytes_ : 0;
+    // Decode's split passes merge in their last blocks (zeroed counters; BASALT_CUDA_FUSE=0: a
+    // merge launch, for A/B measurement).
+    if (ws && opt_.fuse) {
+      grow(attn_counters_, attn_counters_bytes_, kAttnFoldCounters * sizeof(unsigned),
+           "attention counters");
+      c.counters = static_cast<unsigned*>(attn_counters_);
+    }
     op("attention", 0, 0, [&] { return cuda::attention(c, stream_, kernel); });
   }
   void swiglu(const float* gate, const float* up, void* out, int64_t n) override {
@@ -918,6 +925,8 @@ class CudaBackend final : public Backend {
   bool has_state_slots_ = false;
   void* ws_ = nullptr;  // attention's split workspace (f32 partials)
   size_t ws_bytes_ = 0;
+  void* attn_counters_ = nullptr;  // the folded merge's counters (zero between passes)
+  size_t attn_counters_bytes_ = 0;
   void* mm_ws_ = nullptr;
   size_t mm_ws_bytes_ = 0;
   void* deq_ = nullptr;  // matmul_scaled's dequant scratch (bf16 inner values)

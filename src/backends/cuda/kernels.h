@@ -282,11 +282,16 @@ struct AttnArgs {
   int64_t max_pos = -1;
   float* workspace = nullptr;  // Split only: attention_workspace_bytes(T, H, D, pos0 + T)
   size_t workspace_bytes = 0;
+  // Split only, optional: kAttnFoldCounters zeros. With them, a tensor-core split pass whose rows
+  // fit one 16-row tile per KV head (T · H / Hkv <= 16: decode) merges in its own last block of
+  // each KV head (a counter each, left at zero again) instead of a merge launch: the same bits.
+  unsigned* counters = nullptr;
   // An E4M3 cache instead of k/v (paged only): each block holds the codes [block_size, Hkv, D]
   // then the f32 scales [block_size, Hkv] (ops/backend.h AttentionArgs).
   const uint8_t* k8 = nullptr;
   const uint8_t* v8 = nullptr;
 };
+constexpr int64_t kAttnFoldCounters = 256;  // KV heads a folded split pass may have
 // Auto splits over the KV chunks only when fewer (row, head) warps than this would fill the chip
 // (the CUDA-core kernels; the tensor-core path counts its 16-row tiles).
 constexpr int64_t kAttnSplitMaxWarps = 2048;
