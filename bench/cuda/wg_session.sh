@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# One device call for NVFP4 in the wgmma layout (issue 6): the GPU suites (the model suite again
-# with BASALT_CUDA_NVFP4_WG=1), the scaled-weight kernel benchmark for NVFP4 in the checkpoint
-# layout and in the wgmma layout, then a synthetic llama-3.1-8b quantised to NVFP4 on the device,
-# benchmarked end to end with BASALT_CUDA_NVFP4_WG=0 and 1, and its logits under both compared
-# bitwise. Run from the repository root on the GPU machine with build-cuda/ from
-# bench/cuda/pack.sh; results in $OUT. Knobs: SKIP_TESTS=1, SKIP_KERNELS=1, SKIP_MODELS=1, SHAPES
-# (BENCH_SHAPE values, default the four projections), TS (BENCH_T values, default 1 8 16 64).
+# One device call for NVFP4 in the wgmma layout (issue 6) and the decode folds (issues 4, 5): the
+# GPU suites (the model suite again with BASALT_CUDA_NVFP4_WG=1), the scaled-weight kernel
+# benchmark for NVFP4 in the checkpoint layout and in the wgmma layout; then, where the archive
+# has build-cuda/old/basalt (pack.sh OLD=DIR: a build without the folds), qwen3-30b-a3b cut to
+# 12 layers and llama-3.1-8b (bf16) with logits compared bitwise and decode timed old / new
+# alternating (the MoE combine and the attention merge folded into the kernels before them);
+# decode steps of 64 sequences (`basalt bench --batch 64`, and its per-op profile); then
+# llama-3.1-8b quantised to NVFP4 on the device, benchmarked with BASALT_CUDA_NVFP4_WG=0 and 1,
+# its logits under both compared bitwise. Run from the repository root on the GPU machine with
+# build-cuda/ from bench/cuda/pack.sh; results in $OUT. Knobs: SKIP_TESTS=1, SKIP_KERNELS=1,
+# SKIP_MODELS=1, SKIP_AB=1, SKIP_BATCH=1, SHAPES (BENCH_SHAPE values, default the four
+# projections), TS (BENCH_T values, default 1 16 64).
 . "$(dirname "$0")/session_common.sh"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 # A smoke run first: a kernel that hangs (an mbarrier waiting forever) ends the call here.
@@ -16,7 +21,7 @@ grep -q "^q/o" "$OUT/smoke.txt" || exit 1
 gpu_tests
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   grep -c "PASS .*wgmma layout" "$OUT/test_cuda_kernels.txt"
-  BASALT_CUDA_NVFP4_WG=1 step timeout 240 $B/tests/gpu/test_cuda_model \
+  BASALT_CUDA_NVFP4_WG=1 step timeout ${TEST_TIMEOUT:-240} $B/tests/gpu/test_cuda_model \
     > "$OUT/test_cuda_model_wg.txt" 2>&1
   tail -n 1 "$OUT/test_cuda_model_wg.txt"
   grep -E "FAIL" "$OUT/test_cuda_model_wg.txt" | head
@@ -33,6 +38,34 @@ if [ "${SKIP_KERNELS:-0}" != 1 ]; then
   grep -E "^(q/o|k/v|gate|down|lm_head)" "$OUT/bench_scaled.txt"
 fi
 [ "${SKIP_MODELS:-0}" = 1 ] && exit 0
+O=$B/old
+if [ "${SKIP_AB:-0}" != 1 ] && [ -x $O/basalt ]; then
+  for spec in qwen3-30b-a3b:12 llama-3.1-8b; do
+    model_dir $spec
+    n=$(basename $M)
+    $O/basalt logits -m $M --device cuda --tokens $LOGIT_IDS --out /tmp/l_old.npy 2>/dev/null
+    $B/basalt logits -m $M --device cuda --tokens $LOGIT_IDS --out /tmp/l_new.npy 2>/dev/null
+    logits_check $n $M new old
+    for r in 1 2; do
+      for v in old new; do
+        bin=$B/basalt
+        [ $v = old ] && bin=$O/basalt
+        echo "== $n $v round $r" >> "$OUT/ab_$n.txt"
+        timeout 120 $bin bench -m $M --device cuda -p 512 -n 64 -r 3 --json >> "$OUT/ab_$n.txt" 2>&1
+      done
+    done
+    bench_summary "$OUT/ab_$n.txt"
+  done
+fi
+if [ "${SKIP_BATCH:-0}" != 1 ]; then
+  model_dir llama-3.1-8b
+  step timeout 120 $B/basalt bench -m $M --device cuda -p 512 -n 32 -r 2 --batch 64 \
+    > "$OUT/batch64.txt" 2>&1
+  grep -E "sequences together|^ +512" "$OUT/batch64.txt"
+  BASALT_CUDA_PROFILE=1 timeout 120 $B/basalt bench -m $M --device cuda -p 512 -n 8 -r 1 \
+    --batch 64 > "$OUT/profile_batch64.txt" 2>&1
+  grep -E "^T<=64" "$OUT/profile_batch64.txt" | head -n 16
+fi
 model_dir llama-3.1-8b-nvfp4
 for v in 0 1; do
   BASALT_CUDA_NVFP4_WG=$v step timeout 200 $B/basalt bench -m $M --device cuda -p 512 -n 64 -r 2 \
