@@ -16,6 +16,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/mma.cuh"
 #include "backends/cuda/pdl.cuh"
@@ -1317,16 +1318,7 @@ constexpr int kWalkBufs = 3;
 template <int D>
 __device__ __forceinline__ void split_fold_merge(const AttnArgs& a, int64_t hk, int64_t n_groups,
                                                  int64_t max_chunks, char* sm) {
-  __shared__ unsigned last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    last = atomicAdd(a.counters + hk, 1u) + 1u == unsigned(n_groups);
-    if (last) atomicExch(a.counters + hk, 0u);
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!last_block_arrive(a.counters + hk, unsigned(n_groups), true)) return;
   constexpr int kP = kPartFloats<D>;
   const int64_t G = a.H / a.Hkv;
   const int rows = int(a.T * G);  // <= kMmaRows: the tile's rows r = t · G + g

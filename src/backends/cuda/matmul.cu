@@ -122,9 +122,6 @@ __device__ __forceinline__ float epi_factor(const Epi& e, int c) {
 // in segment order. each(f) calls f(row, col, value&) for the thread's elements. sync() is a
 // barrier over the threads that call this, and `leader` one of them (the block and thread 0, or
 // the TMA tiling's consumers).
-struct BlockSync {
-  __device__ void operator()() const { __syncthreads(); }
-};
 template <class Each, class Sync = BlockSync>
 __device__ __forceinline__ bool split_k_fold(Each each, float* part, int* counters, int T, int N,
                                              Sync sync = {}, bool leader = threadIdx.x == 0,
@@ -134,13 +131,9 @@ __device__ __forceinline__ bool split_k_fold(Each each, float* part, int* counte
   each([&](int r, int c, float& v) {
     if (r < T && c < N) p[size_t(r) * N + c] = v;
   });
-  __threadfence();
-  sync();
-  __shared__ int is_last;
-  if (leader) is_last = atomicAdd(&counters[tile], 1) == segs - 1;
-  sync();
-  if (!is_last) return false;
-  __threadfence();
+  if (!last_block_arrive(reinterpret_cast<unsigned*>(counters + tile), unsigned(segs), true, sync,
+                         leader))
+    return false;
   each([&](int r, int c, float& v) {
     if (r >= T || c >= N) return;
     const size_t o = size_t(r) * N + c;
@@ -149,7 +142,6 @@ __device__ __forceinline__ bool split_k_fold(Each each, float* part, int* counte
       sum = __fadd_rn(sum, __ldcg(part + size_t(z) * size_t(T) * N + o));
     v = sum;
   });
-  if (leader) counters[tile] = 0;  // ready for the next call
   return true;
 }
 
@@ -1244,13 +1236,7 @@ struct MoeCombine {
 // (threadFenceReduction); the other blocks' y is read through L2 (__ldcg).
 __device__ __forceinline__ void moe_combine_arrive(const MoeCombine& c, const float* y, int N,
                                                    int n0, int BN) {
-  __shared__ unsigned last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(c.counters + blockIdx.y, 1u) + 1u == gridDim.x;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!last_block_arrive(c.counters + blockIdx.y, gridDim.x, false)) return;
   const int cols = min(BN, N - n0);
   for (int idx = int(threadIdx.x); idx < c.rows * cols; idx += int(blockDim.x)) {
     const int t = idx / cols, i = n0 + idx % cols;
