@@ -227,13 +227,14 @@ void bench_scaled() {
     bc::ScaledFormat f;
     int64_t B;
     bool frag = false;  // NVFP4 in the fragment layout (BASALT_CUDA_NVFP4_FRAG=1)
-    bool wg = false;    // NVFP4 in the wgmma layout (nvfp4_to_wg)
+    bool wg = false;    // the wgmma layout (scaled_to_wg)
   };
   const Fmt fmts[] = {{"bf16", true, bc::ScaledFormat::FP8, 0},
                       {"NVFP4", false, bc::ScaledFormat::NVFP4, 0},
                       {"NVFP4-frag", false, bc::ScaledFormat::NVFP4, 0, true},
                       {"NVFP4-wg", false, bc::ScaledFormat::NVFP4, 0, false, true},
                       {"FP8", false, bc::ScaledFormat::FP8, 0},
+                      {"FP8-wg", false, bc::ScaledFormat::FP8, 0, false, true},
                       {"FP8-b128", false, bc::ScaledFormat::FP8Blocks, 128}};
   std::printf("\n%-8s %-9s %6s %6s %6s %-8s %10s %8s %6s %6s %8s\n", "shape", "format", "T", "N",
               "K", "path", "median_us", "GB/s", "%copy", "%4TB", "TFLOP/s");
@@ -277,7 +278,7 @@ void bench_scaled() {
         w.scale = 0.01f;
         w.frag = f.frag;
         w.wg = f.wg;
-        if (f.wg) w.scales = nullptr;
+        if (f.wg && f.f == bc::ScaledFormat::NVFP4) w.scales = nullptr;
         return w;
       };
       if (f.frag)  // each copy rewritten in place (N % 16 == 0: the same size) through a temporary
@@ -293,12 +294,12 @@ void bench_scaled() {
         }
       if (f.wg)  // each copy rewritten in place (N % 64 == 0: the same size) through a temporary
         for (int c = 0; c < copies; ++c) {
-          const size_t wb = bc::nvfp4_wg_bytes(N, K);
+          const size_t wb = bc::scaled_wg_bytes(f.f, N, K);
           uint8_t* tmp;
           CK(cudaMalloc(&tmp, wb));
           bc::ScaledWeight src = weight(c);
-          src.wg = false, src.scales = wmem + stride * c + code_bytes;
-          CK(bc::nvfp4_to_wg(src, tmp, nullptr));
+          src.wg = false, src.scales = sc_bytes ? wmem + stride * c + code_bytes : nullptr;
+          CK(bc::scaled_to_wg(src, tmp, nullptr));
           CK(cudaMemcpy(wmem + stride * c, tmp, wb, cudaMemcpyDeviceToDevice));
           CK(cudaFree(tmp));
         }

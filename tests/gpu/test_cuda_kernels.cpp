@@ -609,28 +609,32 @@ void test_matmul_scaled(bc::ScaledFormat fmt, int64_t N, int64_t K, int64_t B = 
     check(std::equal(part.begin(), part.begin() + rn * K, inner.begin() + r0 * K),
           tag + " fragment layout: dequant_scaled of rows 5 .. 41 == ref inner, bitwise");
   }
-  // NVFP4 in the wgmma layout: dequant_scaled writes inner · 2^-7 (nvfp4_wg.h), whole and for a
-  // run of rows that starts and ends inside 64-row blocks; its matmuls multiply by factor · 2^7.
-  const bool wgl = fmt == bc::ScaledFormat::NVFP4 && K % 128 == 0;
+  // The wgmma layout: dequant_scaled writes inner (FP8) or inner · 2^-7 (NVFP4, nvfp4_wg.h),
+  // whole and for a run of rows that starts and ends inside 64-row blocks; NVFP4's matmuls
+  // multiply by factor · 2^7.
+  const bool wgl = fmt != bc::ScaledFormat::FP8Blocks && K % 128 == 0;
+  const int wg_shift = fmt == bc::ScaledFormat::NVFP4 ? -7 : 0;
   std::unique_ptr<Dev<uint8_t>> wq;
   bc::ScaledWeight ww = d.w;
   if (wgl) {
-    wq = std::make_unique<Dev<uint8_t>>(bc::nvfp4_wg_bytes(N, K));
-    CK(bc::nvfp4_to_wg(d.w, wq->p, nullptr));
-    ww.wg = true, ww.data = wq->p, ww.scales = nullptr;
+    wq = std::make_unique<Dev<uint8_t>>(bc::scaled_wg_bytes(fmt, N, K));
+    CK(bc::scaled_to_wg(d.w, wq->p, nullptr));
+    ww.wg = true, ww.data = wq->p;
+    if (fmt == bc::ScaledFormat::NVFP4) ww.scales = nullptr;
     std::vector<uint16_t> shifted(inner.size());
     for (size_t i = 0; i < inner.size(); ++i)  // exact: inner is 0 or at least 2^-10
-      shifted[i] = f32_to_bf16(std::ldexp(bf16_to_f32(inner[i]), -7));
+      shifted[i] = f32_to_bf16(std::ldexp(bf16_to_f32(inner[i]), wg_shift));
     dinner.poison();
     CK(bc::dequant_scaled(ww, 0, N, dinner.p, nullptr));
-    check(dinner.down() == shifted,
-          tag + " wgmma layout: dequant_scaled == ref inner · 2^-7, bitwise");
+    check(dinner.down() == shifted, tag + " wgmma layout: dequant_scaled == ref inner · 2^" +
+                                        std::to_string(wg_shift) + ", bitwise");
     const int64_t r0 = 37, rn = std::min<int64_t>(70, N - r0);
     dinner.poison();
     CK(bc::dequant_scaled(ww, r0, rn, dinner.p, nullptr));
     const auto part = dinner.down();
     check(std::equal(part.begin(), part.begin() + rn * K, shifted.begin() + r0 * K),
-          tag + " wgmma layout: dequant_scaled of rows 37 .. 106 == ref inner · 2^-7, bitwise");
+          tag + " wgmma layout: dequant_scaled of rows 37 .. 106 == ref inner · 2^" +
+              std::to_string(wg_shift) + ", bitwise");
   }
   dinner.up(inner);
 
@@ -818,8 +822,8 @@ void test_matmul_scaled_known() {
     fw.frag = true, fw.data = fq.p, fw.scales = fs.p;
     run_all(fw, want, "matmul_scaled NVFP4 fragment layout");
     // The wgmma layout (the negative scale as above; row 4's zero scale zeroes its codes).
-    Dev<uint8_t> wqm(bc::nvfp4_wg_bytes(N, K));
-    CK(bc::nvfp4_to_wg(w, wqm.p, nullptr));
+    Dev<uint8_t> wqm(bc::scaled_wg_bytes(w.format, N, K));
+    CK(bc::scaled_to_wg(w, wqm.p, nullptr));
     bc::ScaledWeight ww = w;
     ww.wg = true, ww.data = wqm.p, ww.scales = nullptr;
     run_all(ww, want, "matmul_scaled NVFP4 wgmma layout");
@@ -847,6 +851,18 @@ void test_matmul_scaled_known() {
     want[2 * N + 2] = 0.5f * (3.5f - 2.0f * 0.8125f);
     want[3 * N + 3] = 224.0f;
     run_all(w, want, "matmul_scaled FP8 per-row");
+    // The wgmma layout: per row as above, then per tensor with scale 1 (the codes' own values).
+    Dev<uint8_t> wq8(bc::scaled_wg_bytes(w.format, N, K));
+    CK(bc::scaled_to_wg(w, wq8.p, nullptr));
+    bc::ScaledWeight ww = w;
+    ww.wg = true, ww.data = wq8.p;
+    run_all(ww, want, "matmul_scaled FP8 per-row wgmma layout");
+    ww.format = bc::ScaledFormat::FP8, ww.scales = nullptr, ww.scale = 1.0f;
+    want[0 * N + 0] = 1.0f, want[1 * N + 0] = -2.0f;
+    want[1 * N + 1] = 0x1p-9f;
+    want[2 * N + 2] = 3.5f - 2.0f * 0.8125f;
+    want[3 * N + 3] = 448.0f;
+    run_all(ww, want, "matmul_scaled FP8 per-tensor wgmma layout");
   }
   {  // 128×128 blocks: block column 0 scaled by 1/3 (products rounded to bf16), column 1 by 1
     const float s3 = 1.0f / 3.0f;

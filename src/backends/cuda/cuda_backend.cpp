@@ -212,17 +212,22 @@ class CudaBackend final : public Backend {
     // BASALT_CUDA_NVFP4_FRAG=1: NVFP4 with K % 64 == 0 is kept in the fragment layout
     // (kernels.h nvfp4_to_frag), whose decode kernel streams codes straight into registers.
     // Same bits; opt-in because it is slower on most llama-3.1-8b shapes so far (docs/cuda.md).
-    // BASALT_CUDA_NVFP4_WG=1: NVFP4 with K % 128 == 0 is kept in the wgmma layout (kernels.h
-    // nvfp4_to_wg), whose decode kernel puts the weights in wgmma's register operand.
-    if (w.dtype == DType::NVFP4 && w.cols % 128 == 0 && wg_enabled()) {
-      ScaledWeight cw = scaled_weight(d);
-      void* wb = alloc(nvfp4_wg_bytes(w.rows, w.cols));
-      check(nvfp4_to_wg(cw, static_cast<uint8_t*>(wb), stream_), "nvfp4_to_wg");
-      check(cudaStreamSynchronize(stream_), "nvfp4_to_wg");
+    // BASALT_CUDA_NVFP4_WG=1 / BASALT_CUDA_FP8_WG=1: NVFP4, or FP8 per tensor or per row, with
+    // K % 128 == 0 is kept in the wgmma layout (kernels.h scaled_to_wg), whose decode kernel puts
+    // the weights in wgmma's register operand.
+    const bool fp8_wg = w.dtype == DType::F8_E4M3 && !(w.scales && w.scale_block);
+    if (w.cols % 128 == 0 && ((w.dtype == DType::NVFP4 && wg_enabled("BASALT_CUDA_NVFP4_WG")) ||
+                              (fp8_wg && wg_enabled("BASALT_CUDA_FP8_WG")))) {
+      const ScaledWeight cw = scaled_weight(d);
+      void* wb = alloc(scaled_wg_bytes(cw.format, w.rows, w.cols));
+      check(scaled_to_wg(cw, static_cast<uint8_t*>(wb), stream_), "scaled_to_wg");
+      check(cudaStreamSynchronize(stream_), "scaled_to_wg");
       dealloc(dd);
-      if (d.scales) dealloc(const_cast<void*>(d.scales));
       d.data = wb;
-      d.scales = wb;  // (unused: the blobs hold the scales)
+      if (w.dtype == DType::NVFP4) {
+        dealloc(const_cast<void*>(d.scales));
+        d.scales = wb;  // (unused: the blobs hold the scales)
+      }
       wg_.insert(wb);
     } else if (w.dtype == DType::NVFP4 && w.cols % 64 == 0 && frag_enabled()) {
       ScaledWeight cw = scaled_weight(d);
@@ -248,12 +253,9 @@ class CudaBackend final : public Backend {
           w.dtype == DType::F8_E4M3 && w.scales && w.scale_block ? " and B % 128 == 0" : "");
     return d;
   }
-  static bool wg_enabled() {
-    static const bool on = [] {
-      const char* e = std::getenv("BASALT_CUDA_NVFP4_WG");
-      return e && std::string(e) == "1";
-    }();
-    return on;
+  static bool wg_enabled(const char* var) {
+    const char* e = std::getenv(var);
+    return e && std::string(e) == "1";
   }
   static bool frag_enabled() {
     static const bool on = [] {
@@ -271,7 +273,7 @@ class CudaBackend final : public Backend {
                : w.scale_block == 0    ? ScaledFormat::FP8Rows
                                        : ScaledFormat::FP8Blocks;
     s.data = static_cast<const uint8_t*>(w.data);
-    s.scales = s.wg ? nullptr : w.scales;
+    s.scales = s.wg && w.dtype == DType::NVFP4 ? nullptr : w.scales;
     s.scale = w.scale;
     s.N = w.rows, s.K = w.cols;
     s.block = w.scale_block;
@@ -931,7 +933,7 @@ class CudaBackend final : public Backend {
   size_t mm_ws_bytes_ = 0;
   void* deq_ = nullptr;  // matmul_scaled's dequant scratch (bf16 inner values)
   std::unordered_set<const void*> frag_;  // NVFP4 codes kept in the fragment layout
-  std::unordered_set<const void*> wg_;    // NVFP4 weights kept in the wgmma layout
+  std::unordered_set<const void*> wg_;    // NVFP4 / FP8 weights kept in the wgmma layout
   size_t deq_bytes_ = 0;
   void *gdn_ws_ = nullptr, *moe_ws_ = nullptr;
   size_t gdn_ws_bytes_ = 0, moe_ws_bytes_ = 0;

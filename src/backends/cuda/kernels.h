@@ -185,7 +185,7 @@ struct ScaledWeight {
   int64_t N = 0, K = 0;
   int64_t block = 0;  // FP8Blocks: B
   bool frag = false;  // NVFP4 only: codes and scales in the fragment layout (nvfp4_to_frag)
-  bool wg = false;    // NVFP4 only: the wgmma layout (nvfp4_to_wg; data holds it, scales unused)
+  bool wg = false;    // NVFP4, FP8, FP8Rows: the wgmma layout (scaled_to_wg; data holds it)
 };
 enum class ScaledKernel : uint8_t {
   Auto,     // Fused when T <= 64 and matmul_scaled_fused_ok, else Dequant
@@ -232,15 +232,17 @@ FusedStages matmul_scaled_fused_stages(const ScaledWeight& w, int64_t T, int64_t
 size_t nvfp4_frag_code_bytes(int64_t N, int64_t K);
 size_t nvfp4_frag_scale_bytes(int64_t N, int64_t K);
 cudaError_t nvfp4_to_frag(const ScaledWeight& w, uint8_t* codes, uint8_t* scales, cudaStream_t s);
-// NVFP4 in the wgmma layout (nvfp4_wg.h, matmul.cu): 64-row blocks × 128-k stages, each one
-// contiguous 4,608-byte blob of codes packed for a few-instruction decode and re-encoded group
-// scales, for a decode kernel that puts the weights in wgmma's register A operand. Its paths
-// compute matmul_bf16 over inner · 2^-7 times factor · 2^7: the checkpoint layout's bits unless a
-// product x · inner falls below 2^-119; its dequant_scaled writes inner · 2^-7. nvfp4_to_wg writes
-// w (checkpoint layout, K % 128 == 0) into `blobs` (16-byte aligned, nvfp4_wg_bytes); the result
-// is w with wg = true, data = blobs.
-size_t nvfp4_wg_bytes(int64_t N, int64_t K);
-cudaError_t nvfp4_to_wg(const ScaledWeight& w, uint8_t* blobs, cudaStream_t s);
+// Scaled weights in the wgmma layout (matmul.cu; NVFP4: nvfp4_wg.h, FP8 per tensor or per row:
+// fp8_wg.h): 64-row blocks × 128-k stages, each one contiguous blob (NVFP4 4,608 bytes: codes
+// packed for a few-instruction decode and re-encoded group scales; FP8 8,192: the codes,
+// bit-permuted), for a decode kernel that puts the weights in wgmma's register A operand.
+// FP8's paths give the checkpoint layout's bits. NVFP4's compute matmul_bf16 over inner · 2^-7
+// times factor · 2^7: the checkpoint layout's bits unless a product x · inner falls below 2^-119;
+// its dequant_scaled writes inner · 2^-7. scaled_to_wg writes w (checkpoint layout, K % 128 ==
+// 0) into `blobs` (16-byte aligned, scaled_wg_bytes); the result is w with wg = true, data =
+// blobs (NVFP4: scales unused; FP8 per row: the row scales as before).
+size_t scaled_wg_bytes(ScaledFormat f, int64_t N, int64_t K);
+cudaError_t scaled_to_wg(const ScaledWeight& w, uint8_t* blobs, cudaStream_t s);
 // out[r, :] = the inner values of weight row row0 + r as bf16 (out [rows, K], 16-byte aligned).
 cudaError_t dequant_scaled(const ScaledWeight& w, int64_t row0, int64_t rows, bf16_bits* out,
                            cudaStream_t s);

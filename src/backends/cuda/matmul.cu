@@ -29,6 +29,7 @@
 #include <type_traits>
 
 #include "backends/cuda/device_util.cuh"
+#include "backends/cuda/fp8_wg.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/mma.cuh"
 #include "backends/cuda/nvfp4_wg.h"
@@ -2595,11 +2596,12 @@ cudaError_t launch_frag(const ScaledWeight& w, const bf16_bits* x, int T, float*
   return launch_frag_t<8>(a, segs, split, s);
 }
 
-// --- NVFP4 in the wgmma layout: the weights in wgmma's register A operand --------------------
+// --- Scaled weights in the wgmma layout: the weights in wgmma's register A operand
+// --------------------
 //
-// Layout (nvfp4_to_wg; K % 128 == 0; nvfp4_wg.h has the bits): weight rows in blocks of 64 (the
-// last padded with zero codes), K in stages of 128 (eight k16 slices). Block b's stage j is one
-// blob of wg::kBlobBytes (4,608) at (b · K/128 + j) · 4,608:
+// NVFP4 layout (scaled_to_wg; K % 128 == 0; nvfp4_wg.h has the bits): weight rows in blocks of 64
+// (the last padded with zero codes), K in stages of 128 (eight k16 slices). Block b's stage j is
+// one blob of wg::kBlobBytes (4,608) at (b · K/128 + j) · 4,608:
 //   codes  [warp w 0..3][half h 0..1][lane 0..31][4 words]: word i holds slice 4h + i of lane
 //          (g = lane / 4, q = lane % 4) of the 16-row tile 16w..: its eight codes (rows 16w + g
 //          and + 8, k 16s + 2q, +1, +8, +9), packed as nvfp4_wg.h pack_word.
@@ -2610,7 +2612,7 @@ cudaError_t launch_frag(const ScaledWeight& w, const bf16_bits* x, int T, float*
 // warp reads its codes as two conflict-free 512-byte runs and its scales as one 16-byte load a
 // lane.
 //
-// The kernel (matmul_q4wg_kernel, T <= 64): RowsTMA's pipeline (one producer warp, one consumer
+// The kernel (matmul_wg_kernel, T <= 64): RowsTMA's pipeline (one producer warp, one consumer
 // warpgroup, STAGES buffers) with the blob brought by one bulk copy and x by two TMA boxes of 64
 // k a stage. Each consumer lane turns its words into its wgmma A fragments (a pair: one to four
 // integer instructions, then one bf16x2 multiply by the group scale, nvfp4_wg.h) and the warpgroup
@@ -2621,16 +2623,28 @@ cudaError_t launch_frag(const ScaledWeight& w, const bf16_bits* x, int T, float*
 // factor · 2^7 (nvfp4_wg.h: the same bits as matmul_bf16(inner) · factor unless a product falls
 // below 2^-119). The dequant path (dequant_wg_kernel) writes inner · 2^-7 with the same
 // conversions, so prefill and decode agree bit for bit.
-template <int NT, int STAGES>
+//
+// FP8 (per tensor or per row; fp8_to_wg; fp8_wg.h has the bits) takes the same blocks, stages,
+// pipeline and chain. Its blob is the block's 8,192 codes of the stage:
+//   codes  [warp w][part p 0..3][lane][4 words]: words 2i and 2i + 1 of slice i = 2p, 2p + 1,
+//          each two A-fragment registers of lane (g, q) (rows 16w + g and + 8 at k 16i + 2q, +1;
+//          then at + 8, + 9), packed as fp8_wg.h pack_word,
+// one contiguous 512-byte run a warp and part. A pair comes out of its word with one to four
+// integer instructions and one bf16x2 multiply by 2^120: the E4M3 values themselves, so the
+// chain is matmul_bf16(inner) and the factor is the checkpoint layout's (the same bits always).
+template <SFmt F, int NT, int STAGES>
 struct WgDecCfg {
+  static constexpr int kBlob = F == SFmt::NVFP4 ? wg::kBlobBytes : wg8::kBlobBytes;
   static constexpr int kXBox = NT * 128;     // one 64-k box of x: NT rows × 128 bytes
   static constexpr int kXStage = 2 * kXBox;  // x of a stage
-  static constexpr int kStageBytes = kXStage + wg::kBlobBytes;
+  static constexpr int kStageBytes = kXStage + kBlob;
   // x ring (1024-aligned boxes), then the blob ring, then the barriers.
   static constexpr size_t kSmem = size_t(STAGES) * kStageBytes + 16 * STAGES + 1024;
   static_assert(kXBox % 1024 == 0, "x boxes on whole swizzle atoms");
 };
-constexpr int kQ4wgStages = 6;
+// FP8's blobs are twice NVFP4's: five stages keep three blocks of 8 or 16 rows an SM.
+template <SFmt F>
+constexpr int kWgStages = F == SFmt::NVFP4 ? 6 : 5;
 
 // Keeps a register's value where it is in the instruction order (CUTLASS's
 // warpgroup_fence_operand): wgmma operands are written before the fence that precedes them.
@@ -2654,6 +2668,14 @@ __device__ __forceinline__ void wg_slice(uint32_t word, uint32_t sw, int i, uint
   a[1] = bf16x2_mul(pr[1], sh);
   a[2] = bf16x2_mul(pr[2], sg);
   a[3] = bf16x2_mul(pr[3], sh);
+}
+// FP8: slice i's A fragment of a lane from its two words (fp8_wg.h), times 2^120.
+__device__ __forceinline__ void wg8_slice(uint32_t w0, uint32_t w1, uint32_t (&a)[4]) {
+  uint32_t pr[4];
+  wg8::unpack_word(w0, pr[0], pr[1]);
+  wg8::unpack_word(w1, pr[2], pr[3]);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) a[e] = bf16x2_mul(pr[e], wg8::kTwo120);
 }
 
 // One thread per (block, stage, warp, lane): its two 16-byte code runs; lanes with q = 0 also
@@ -2740,13 +2762,76 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-template <int NT, int STAGES, bool FOLD>
+// FP8: one thread per (block, stage, warp, lane): its four 16-byte runs.
+__global__ void __launch_bounds__(256)
+    fp8_to_wg_kernel(const uint8_t* __restrict__ q, int64_t N, int64_t K, int64_t items,
+                     uint8_t* __restrict__ out) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= items) return;
+  const int lane = int(idx % 32), w = int(idx / 32 % 4);
+  const int64_t bj = idx / 128, nst = K / wg::kStageK, b = bj / nst, j = bj % nst;
+  const int g = lane >> 2, qd = lane & 3;
+  const int64_t r0 = 64 * b + 16 * w + g, r1 = r0 + 8;
+  auto code = [&](int64_t r, int64_t k) -> uint32_t { return r < N ? q[r * K + k] : 0u; };
+  uint32_t words[16];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int64_t k = wg::kStageK * j + 16 * i + 2 * qd;
+    const uint32_t c0[4] = {code(r0, k), code(r0, k + 1), code(r1, k), code(r1, k + 1)};
+    const uint32_t c1[4] = {code(r0, k + 8), code(r0, k + 9), code(r1, k + 8), code(r1, k + 9)};
+    words[2 * i] = wg8::pack_word(c0);
+    words[2 * i + 1] = wg8::pack_word(c1);
+  }
+  uint8_t* const blob = out + bj * wg8::kBlobBytes + w * 2048 + lane * 16;
+#pragma unroll
+  for (int p = 0; p < 4; ++p)
+    *reinterpret_cast<uint4*>(blob + p * 512) =
+        make_uint4(words[4 * p], words[4 * p + 1], words[4 * p + 2], words[4 * p + 3]);
+}
+
+// FP8's inner values of rows [row0, row0 + rows) as bf16 [rows, K] (as dequant_wg_kernel; the
+// kernel's conversion, so the values themselves).
+__global__ void __launch_bounds__(256)
+    dequant_wg8_kernel(const uint8_t* __restrict__ blobs, int64_t K, int64_t b0, int64_t items,
+                       int64_t row0, int64_t rows, __nv_bfloat16* __restrict__ out) {
+  pdl_trigger();
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= items) return;
+  const int lane = int(idx % 32), w = int(idx / 32 % 4);
+  const int64_t nst = K / wg::kStageK, bj = idx / 128 + b0 * nst, b = bj / nst, j = bj % nst;
+  const int g = lane >> 2, qd = lane & 3;
+  const uint8_t* const blob = blobs + bj * wg8::kBlobBytes + w * 2048 + lane * 16;
+  uint32_t cw[16];
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    const uint4 v = *reinterpret_cast<const uint4*>(blob + p * 512);
+    cw[4 * p] = v.x, cw[4 * p + 1] = v.y, cw[4 * p + 2] = v.z, cw[4 * p + 3] = v.w;
+  }
+  const int64_t ra = 64 * b + 16 * w + g - row0, rb = ra + 8;
+  const bool oka = ra >= 0 && ra < rows, okb = rb >= 0 && rb < rows;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    uint32_t a[4];
+    wg8_slice(cw[2 * i], cw[2 * i + 1], a);
+    const int64_t k = wg::kStageK * j + 16 * i + 2 * qd;
+    if (oka) {
+      *reinterpret_cast<uint32_t*>(out + ra * K + k) = a[0];
+      *reinterpret_cast<uint32_t*>(out + ra * K + k + 8) = a[2];
+    }
+    if (okb) {
+      *reinterpret_cast<uint32_t*>(out + rb * K + k) = a[1];
+      *reinterpret_cast<uint32_t*>(out + rb * K + k + 8) = a[3];
+    }
+  }
+}
+
+template <SFmt F, int NT, int STAGES, bool FOLD>
 __global__ void __launch_bounds__(160, NT <= 16 ? 3 : 2)
-    matmul_q4wg_kernel(const __grid_constant__ CUtensorMap tx, const uint8_t* __restrict__ blobs,
-                       int T, int N, int K, int blocks, int segs, int seg_tiles,
-                       float* __restrict__ y, float* __restrict__ part, int* __restrict__ counters,
-                       Epi epi) {
-  using C = WgDecCfg<NT, STAGES>;
+    matmul_wg_kernel(const __grid_constant__ CUtensorMap tx, const uint8_t* __restrict__ blobs,
+                     int T, int N, int K, int blocks, int segs, int seg_tiles,
+                     float* __restrict__ y, float* __restrict__ part, int* __restrict__ counters,
+                     Epi epi) {
+  using C = WgDecCfg<F, NT, STAGES>;
   const int item = int(blockIdx.x), z = item / blocks, blk = item % blocks;
   const bool split = part != nullptr;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -2760,13 +2845,13 @@ __global__ void __launch_bounds__(160, NT <= 16 ? 3 : 2)
   auto empty = [&](int s) { return ts.bars + 8u * uint32_t(STAGES + s); };
   if (tid >= 128) {  // the producer warp
     if (tid == 128) {
-      const uint8_t* src = blobs + (size_t(blk) * nst + kt0) * wg::kBlobBytes;
+      const uint8_t* src = blobs + (size_t(blk) * nst + kt0) * C::kBlob;
       tma_prefetch_map(&tx);
       const int pre = min(STAGES, KT);
       for (int kt = 0; kt < pre; ++kt) {  // the weights before the previous kernel ends
         mbar_arrive_expect_tx(full(kt), uint32_t(C::kStageBytes));
-        bulk_load(bs + uint32_t(kt * wg::kBlobBytes), src + size_t(kt) * wg::kBlobBytes,
-                  uint32_t(wg::kBlobBytes), full(kt));
+        bulk_load(bs + uint32_t(kt * C::kBlob), src + size_t(kt) * C::kBlob, uint32_t(C::kBlob),
+                  full(kt));
       }
       pdl_wait();
       for (int kt = 0; kt < pre; ++kt)
@@ -2777,8 +2862,8 @@ __global__ void __launch_bounds__(160, NT <= 16 ? 3 : 2)
         const int s = kt % STAGES;
         mbar_wait(empty(s), uint32_t((kt / STAGES) - 1) & 1u);
         mbar_arrive_expect_tx(full(s), uint32_t(C::kStageBytes));
-        bulk_load(bs + uint32_t(s * wg::kBlobBytes), src + size_t(kt) * wg::kBlobBytes,
-                  uint32_t(wg::kBlobBytes), full(s));
+        bulk_load(bs + uint32_t(s * C::kBlob), src + size_t(kt) * C::kBlob, uint32_t(C::kBlob),
+                  full(s));
         for (int h = 0; h < 2; ++h)
           tma_load_2d(xs + uint32_t(s * C::kXStage + h * C::kXBox), &tx,
                       (kt0 + kt) * wg::kStageK + 64 * h, 0, full(s));
@@ -2805,14 +2890,25 @@ __global__ void __launch_bounds__(160, NT <= 16 ? 3 : 2)
   for (int kt = 0; kt < KT; ++kt) {
     const int s = kt % STAGES;
     mbar_wait(full(s), uint32_t(kt / STAGES) & 1u);
-    const unsigned char* const blob = bsm + s * wg::kBlobBytes;
-    const uint4 c0 = *reinterpret_cast<const uint4*>(blob + wq * 1024 + lane * 16);
-    const uint4 c1 = *reinterpret_cast<const uint4*>(blob + wq * 1024 + 512 + lane * 16);
-    const uint4 sc = *reinterpret_cast<const uint4*>(blob + wg::kCodeBytes + wq * 128 + g * 16);
-    const uint32_t cw[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-    const uint32_t sw[4] = {sc.x, sc.y, sc.z, sc.w};
+    const unsigned char* const blob = bsm + s * C::kBlob;
+    if constexpr (F == SFmt::NVFP4) {
+      const uint4 c0 = *reinterpret_cast<const uint4*>(blob + wq * 1024 + lane * 16);
+      const uint4 c1 = *reinterpret_cast<const uint4*>(blob + wq * 1024 + 512 + lane * 16);
+      const uint4 sc = *reinterpret_cast<const uint4*>(blob + wg::kCodeBytes + wq * 128 + g * 16);
+      const uint32_t cw[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+      const uint32_t sw[4] = {sc.x, sc.y, sc.z, sc.w};
 #pragma unroll
-    for (int i = 0; i < 8; ++i) wg_slice(cw[i], sw[i / 2], i, af[i]);
+      for (int i = 0; i < 8; ++i) wg_slice(cw[i], sw[i / 2], i, af[i]);
+    } else {
+      uint32_t cw[16];
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        const uint4 v = *reinterpret_cast<const uint4*>(blob + wq * 2048 + p * 512 + lane * 16);
+        cw[4 * p] = v.x, cw[4 * p + 1] = v.y, cw[4 * p + 2] = v.z, cw[4 * p + 3] = v.w;
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) wg8_slice(cw[2 * i], cw[2 * i + 1], af[i]);
+    }
 #pragma unroll
     for (int i = 0; i < 8; ++i)
 #pragma unroll
@@ -2859,11 +2955,11 @@ __global__ void __launch_bounds__(160, NT <= 16 ? 3 : 2)
   });
 }
 
-template <int NT>
-cudaError_t launch_q4wg_nt(const ScaledWeight& w, const bf16_bits* x, int T, float* y,
-                           const Epi& epi, int64_t kseg, cudaStream_t s, void* ws,
-                           size_t ws_bytes) {
-  using C = WgDecCfg<NT, kQ4wgStages>;
+template <SFmt F, int NT>
+cudaError_t launch_wg_nt(const ScaledWeight& w, const bf16_bits* x, int T, float* y, const Epi& epi,
+                         int64_t kseg, cudaStream_t s, void* ws, size_t ws_bytes) {
+  constexpr int kStages = kWgStages<F>;
+  using C = WgDecCfg<F, NT, kStages>;
   CUtensorMap tx;
   if (!bf16_tile_map(&tx, x, T, w.K, NT)) return cudaErrorNotSupported;
   const int blocks = int((w.N + wg::kBlockRows - 1) / wg::kBlockRows);
@@ -2873,8 +2969,8 @@ cudaError_t launch_q4wg_nt(const ScaledWeight& w, const bf16_bits* x, int T, flo
   const bool fold = segs > 1 && !split;
   float* part =
       split ? reinterpret_cast<float*>(static_cast<char*>(ws) + counter_bytes()) : nullptr;
-  constexpr auto kFold = matmul_q4wg_kernel<NT, kQ4wgStages, true>;
-  constexpr auto kOne = matmul_q4wg_kernel<NT, kQ4wgStages, false>;
+  constexpr auto kFold = matmul_wg_kernel<F, NT, kStages, true>;
+  constexpr auto kOne = matmul_wg_kernel<F, NT, kStages, false>;
   if (const cudaError_t e = fold ? allow_smem<kFold>(C::kSmem) : allow_smem<kOne>(C::kSmem);
       e != cudaSuccess)
     return e;
@@ -2884,12 +2980,24 @@ cudaError_t launch_q4wg_nt(const ScaledWeight& w, const bf16_bits* x, int T, flo
                     static_cast<int*>(ws), epi);
 }
 
-cudaError_t launch_q4wg(const ScaledWeight& w, const bf16_bits* x, int T, float* y, const Epi& epi,
+template <SFmt F>
+cudaError_t launch_wg_f(const ScaledWeight& w, const bf16_bits* x, int T, float* y, const Epi& epi,
                         int64_t kseg, cudaStream_t s, void* ws, size_t ws_bytes) {
-  if (T <= 8) return launch_q4wg_nt<8>(w, x, T, y, epi, kseg, s, ws, ws_bytes);
-  if (T <= 16) return launch_q4wg_nt<16>(w, x, T, y, epi, kseg, s, ws, ws_bytes);
-  if (T <= 32) return launch_q4wg_nt<32>(w, x, T, y, epi, kseg, s, ws, ws_bytes);
-  return launch_q4wg_nt<64>(w, x, T, y, epi, kseg, s, ws, ws_bytes);
+  if (T <= 8) return launch_wg_nt<F, 8>(w, x, T, y, epi, kseg, s, ws, ws_bytes);
+  if (T <= 16) return launch_wg_nt<F, 16>(w, x, T, y, epi, kseg, s, ws, ws_bytes);
+  if (T <= 32) return launch_wg_nt<F, 32>(w, x, T, y, epi, kseg, s, ws, ws_bytes);
+  return launch_wg_nt<F, 64>(w, x, T, y, epi, kseg, s, ws, ws_bytes);
+}
+cudaError_t launch_wg(const ScaledWeight& w, const bf16_bits* x, int T, float* y, const Epi& epi,
+                      int64_t kseg, cudaStream_t s, void* ws, size_t ws_bytes) {
+  return w.format == ScaledFormat::NVFP4
+             ? launch_wg_f<SFmt::NVFP4>(w, x, T, y, epi, kseg, s, ws, ws_bytes)
+             : launch_wg_f<SFmt::FP8>(w, x, T, y, epi, kseg, s, ws, ws_bytes);
+}
+// The formats the wgmma layout takes (FP8 per tensor or per row: its factor is the epilogue's).
+bool wg_format(const ScaledWeight& w) {
+  return w.format == ScaledFormat::NVFP4 || w.format == ScaledFormat::FP8 ||
+         (w.format == ScaledFormat::FP8Rows && w.scales);
 }
 
 SFmt sfmt(ScaledFormat f) {
@@ -2901,7 +3009,7 @@ SFmt sfmt(ScaledFormat f) {
 bool scaled_args_ok(const ScaledWeight& w) {
   if (w.frag && w.format != ScaledFormat::NVFP4) return false;
   if (w.N <= 0 || w.K <= 0 || w.N > 0x7fffffff || w.K > 0x7fffffff || !w.data) return false;
-  if (w.wg) return w.format == ScaledFormat::NVFP4 && !w.frag && w.K % wg::kStageK == 0;
+  if (w.wg) return wg_format(w) && !w.frag && w.K % wg::kStageK == 0;
   switch (w.format) {
     case ScaledFormat::NVFP4:
       return w.K % (w.frag ? 64 : 16) == 0 && w.scales;
@@ -2927,7 +3035,9 @@ FusedStages matmul_scaled_fused_stages(const ScaledWeight& w, int64_t T, int64_t
   kseg = resolve_kseg(w.N, w.K, kseg);
   if (T < 1 || T > 64 || w.K <= 0 || kseg <= 0 || config < -1 || config > 3) return {};
   if (w.frag) return {64, kFragDepth};  // one shape: the configs are all the same kernel
-  if (w.wg) return {wg::kStageK, kQ4wgStages};
+  if (w.wg)
+    return {wg::kStageK,
+            w.format == ScaledFormat::NVFP4 ? kWgStages<SFmt::NVFP4> : kWgStages<SFmt::FP8>};
   return fused_stages(sfmt(w.format), int(T), w.K, kseg, config < 0 ? g_scaled_config : config);
 }
 
@@ -2960,12 +3070,17 @@ cudaError_t dequant_scaled(const ScaledWeight& w, int64_t row0, int64_t rows, bf
                                                                                : 8))
     return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
-  if (w.wg) {  // the blocks the rows touch, all their stages (inner · 2^-7, nvfp4_wg.h)
+  if (w.wg) {  // the blocks the rows touch, all their stages (NVFP4: inner · 2^-7, nvfp4_wg.h)
     const int64_t b0 = row0 / wg::kBlockRows,
                   b1 = (row0 + rows + wg::kBlockRows - 1) / wg::kBlockRows;
     const int64_t items = (b1 - b0) * (w.K / wg::kStageK) * 128;  // threads
-    dequant_wg_kernel<<<unsigned((items + 255) / 256), 256, 0, s>>>(
-        w.data, w.K, b0, items, row0, rows, reinterpret_cast<__nv_bfloat16*>(out));
+    auto* o = reinterpret_cast<__nv_bfloat16*>(out);
+    if (w.format == ScaledFormat::NVFP4)
+      dequant_wg_kernel<<<unsigned((items + 255) / 256), 256, 0, s>>>(w.data, w.K, b0, items, row0,
+                                                                      rows, o);
+    else
+      dequant_wg8_kernel<<<unsigned((items + 255) / 256), 256, 0, s>>>(w.data, w.K, b0, items, row0,
+                                                                       rows, o);
     return cudaGetLastError();
   }
   if (w.frag) {  // the tiles the rows touch, all their chunks
@@ -3006,10 +3121,11 @@ cudaError_t matmul_scaled(const bf16_bits* x, int64_t T, const ScaledWeight& w, 
   if (kernel == ScaledKernel::Fused && !fused_ok) return cudaErrorInvalidValue;
   Epi epi;
   epi.rows = w.format == ScaledFormat::FP8Rows ? static_cast<const float*>(w.scales) : nullptr;
-  epi.scale = w.wg ? w.scale * float(1 << wg::kInnerShift) : w.scale;  // (nvfp4_wg.h)
+  epi.scale = w.wg && w.format == ScaledFormat::NVFP4 ? w.scale * float(1 << wg::kInnerShift)
+                                                      : w.scale;  // (nvfp4_wg.h)
   epi.on = 1;
   if (kernel == ScaledKernel::Fused && w.wg)
-    return launch_q4wg(w, x, int(T), y, epi, kseg, s, workspace, workspace_bytes);
+    return launch_wg(w, x, int(T), y, epi, kseg, s, workspace, workspace_bytes);
   if (kernel == ScaledKernel::Fused && w.frag)
     return launch_frag(w, x, int(T), y, epi, kseg, s, workspace, workspace_bytes);
   if (kernel == ScaledKernel::Fused) {
@@ -3045,17 +3161,20 @@ cudaError_t matmul_scaled(const bf16_bits* x, int64_t T, const ScaledWeight& w, 
   return cudaSuccess;
 }
 
-size_t nvfp4_wg_bytes(int64_t N, int64_t K) {
+size_t scaled_wg_bytes(ScaledFormat f, int64_t N, int64_t K) {
   return size_t((N + wg::kBlockRows - 1) / wg::kBlockRows) * size_t(K / wg::kStageK) *
-         wg::kBlobBytes;
+         size_t(f == ScaledFormat::NVFP4 ? wg::kBlobBytes : wg8::kBlobBytes);
 }
-cudaError_t nvfp4_to_wg(const ScaledWeight& w, uint8_t* blobs, cudaStream_t s) {
-  if (w.format != ScaledFormat::NVFP4 || w.frag || w.wg || !scaled_args_ok(w) ||
-      w.K % wg::kStageK || !blobs || reinterpret_cast<uintptr_t>(blobs) % 16)
+cudaError_t scaled_to_wg(const ScaledWeight& w, uint8_t* blobs, cudaStream_t s) {
+  if (!wg_format(w) || w.frag || w.wg || !scaled_args_ok(w) || w.K % wg::kStageK || !blobs ||
+      reinterpret_cast<uintptr_t>(blobs) % 16)
     return cudaErrorInvalidValue;
   const int64_t items = (w.N + wg::kBlockRows - 1) / wg::kBlockRows * (w.K / wg::kStageK) * 128;
-  nvfp4_to_wg_kernel<<<unsigned((items + 255) / 256), 256, 0, s>>>(
-      w.data, static_cast<const uint8_t*>(w.scales), w.N, w.K, items, blobs);
+  if (w.format == ScaledFormat::NVFP4)
+    nvfp4_to_wg_kernel<<<unsigned((items + 255) / 256), 256, 0, s>>>(
+        w.data, static_cast<const uint8_t*>(w.scales), w.N, w.K, items, blobs);
+  else
+    fp8_to_wg_kernel<<<unsigned((items + 255) / 256), 256, 0, s>>>(w.data, w.N, w.K, items, blobs);
   return cudaGetLastError();
 }
 

@@ -91,7 +91,7 @@ BASALT_WG_HD uint32_t pack_word(const uint32_t (&codes)[8]) {
 }
 
 // The stored byte of a group scale's magnitude (E4M3 bits & 0x7f, not zero: a zero scale's
-// group stores zero magnitudes instead, nvfp4_to_wg).
+// group stores zero magnitudes instead, nvfp4_to_wg_kernel).
 BASALT_WG_HD uint32_t scale_code(uint32_t mag) {
   const uint32_t E = mag >> 3 & 15u, M = mag & 7u;
   if (E) return (E + 2u) << 3 | M;  // 2^(E - 7) (1 + M/8): e + 9 = E + 2
