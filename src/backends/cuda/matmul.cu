@@ -2632,9 +2632,11 @@ cudaError_t launch_frag(const ScaledWeight& w, const bf16_bits* x, int T, float*
 // one contiguous 512-byte run a warp and part. A pair comes out of its word with one to four
 // integer instructions and one bf16x2 multiply by 2^120: the E4M3 values themselves, so the
 // chain is matmul_bf16(inner) and the factor is the checkpoint layout's (the same bits always).
+template <SFmt F>
+constexpr int kWgBlob = F == SFmt::NVFP4 ? wg::kBlobBytes : wg8::kBlobBytes;
 template <SFmt F, int NT, int STAGES>
 struct WgDecCfg {
-  static constexpr int kBlob = F == SFmt::NVFP4 ? wg::kBlobBytes : wg8::kBlobBytes;
+  static constexpr int kBlob = kWgBlob<F>;
   static constexpr int kXBox = NT * 128;     // one 64-k box of x: NT rows × 128 bytes
   static constexpr int kXStage = 2 * kXBox;  // x of a stage
   static constexpr int kStageBytes = kXStage + kBlob;
@@ -2726,42 +2728,6 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// inner · 2^-7 of rows [row0, row0 + rows) as bf16 [rows, K]: one thread per (block, stage,
-// warp, lane) of the blocks those rows touch (b0 the first), its eight slices (wg_slice: the
-// kernel's bits) stored as bf16 pairs.
-__global__ void __launch_bounds__(256)
-    dequant_wg_kernel(const uint8_t* __restrict__ blobs, int64_t K, int64_t b0, int64_t items,
-                      int64_t row0, int64_t rows, __nv_bfloat16* __restrict__ out) {
-  pdl_trigger();
-  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= items) return;
-  const int lane = int(idx % 32), w = int(idx / 32 % 4);
-  const int64_t nst = K / wg::kStageK, bj = idx / 128 + b0 * nst, b = bj / nst, j = bj % nst;
-  const int g = lane >> 2, qd = lane & 3;
-  const uint8_t* const blob = blobs + bj * wg::kBlobBytes;
-  const uint4 c0 = *reinterpret_cast<const uint4*>(blob + w * 1024 + lane * 16);
-  const uint4 c1 = *reinterpret_cast<const uint4*>(blob + w * 1024 + 512 + lane * 16);
-  const uint4 sc = *reinterpret_cast<const uint4*>(blob + wg::kCodeBytes + w * 128 + g * 16);
-  const uint32_t cw[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-  const uint32_t sw[4] = {sc.x, sc.y, sc.z, sc.w};
-  const int64_t ra = 64 * b + 16 * w + g - row0, rb = ra + 8;
-  const bool oka = ra >= 0 && ra < rows, okb = rb >= 0 && rb < rows;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    uint32_t a[4];
-    wg_slice(cw[i], sw[i / 2], i, a);
-    const int64_t k = 128 * j + 16 * i + 2 * qd;
-    if (oka) {
-      *reinterpret_cast<uint32_t*>(out + ra * K + k) = a[0];
-      *reinterpret_cast<uint32_t*>(out + ra * K + k + 8) = a[2];
-    }
-    if (okb) {
-      *reinterpret_cast<uint32_t*>(out + rb * K + k) = a[1];
-      *reinterpret_cast<uint32_t*>(out + rb * K + k + 8) = a[3];
-    }
-  }
-}
-
 // FP8: one thread per (block, stage, warp, lane): its four 16-byte runs.
 __global__ void __launch_bounds__(256)
     fp8_to_wg_kernel(const uint8_t* __restrict__ q, int64_t N, int64_t K, int64_t items,
@@ -2789,38 +2755,59 @@ __global__ void __launch_bounds__(256)
         make_uint4(words[4 * p], words[4 * p + 1], words[4 * p + 2], words[4 * p + 3]);
 }
 
-// FP8's inner values of rows [row0, row0 + rows) as bf16 [rows, K] (as dequant_wg_kernel; the
-// kernel's conversion, so the values themselves).
+// The A fragments of lane (warp wq) for a stage's eight slices, from its blob (shared or global
+// memory): NVFP4 two 16-byte code runs and its scale word, FP8 four code runs.
+template <SFmt F>
+__device__ __forceinline__ void wg_fragments(const unsigned char* blob, int wq, int lane,
+                                             uint32_t (&af)[8][4]) {
+  if constexpr (F == SFmt::NVFP4) {
+    const uint4 c0 = *reinterpret_cast<const uint4*>(blob + wq * 1024 + lane * 16);
+    const uint4 c1 = *reinterpret_cast<const uint4*>(blob + wq * 1024 + 512 + lane * 16);
+    const uint4 sc =
+        *reinterpret_cast<const uint4*>(blob + wg::kCodeBytes + wq * 128 + (lane >> 2) * 16);
+    const uint32_t cw[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+    const uint32_t sw[4] = {sc.x, sc.y, sc.z, sc.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) wg_slice(cw[i], sw[i / 2], i, af[i]);
+  } else {
+    uint32_t cw[16];
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      const uint4 v = *reinterpret_cast<const uint4*>(blob + wq * 2048 + p * 512 + lane * 16);
+      cw[4 * p] = v.x, cw[4 * p + 1] = v.y, cw[4 * p + 2] = v.z, cw[4 * p + 3] = v.w;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) wg8_slice(cw[2 * i], cw[2 * i + 1], af[i]);
+  }
+}
+
+// The layout's inner values (NVFP4: inner · 2^-7) of rows [row0, row0 + rows) as bf16 [rows, K]:
+// one thread per (block, stage, warp, lane) of the blocks those rows touch (b0 the first), its
+// eight slices (wg_fragments: the kernel's bits) stored as bf16 pairs.
+template <SFmt F>
 __global__ void __launch_bounds__(256)
-    dequant_wg8_kernel(const uint8_t* __restrict__ blobs, int64_t K, int64_t b0, int64_t items,
-                       int64_t row0, int64_t rows, __nv_bfloat16* __restrict__ out) {
+    dequant_wg_kernel(const uint8_t* __restrict__ blobs, int64_t K, int64_t b0, int64_t items,
+                      int64_t row0, int64_t rows, __nv_bfloat16* __restrict__ out) {
   pdl_trigger();
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= items) return;
   const int lane = int(idx % 32), w = int(idx / 32 % 4);
   const int64_t nst = K / wg::kStageK, bj = idx / 128 + b0 * nst, b = bj / nst, j = bj % nst;
   const int g = lane >> 2, qd = lane & 3;
-  const uint8_t* const blob = blobs + bj * wg8::kBlobBytes + w * 2048 + lane * 16;
-  uint32_t cw[16];
-#pragma unroll
-  for (int p = 0; p < 4; ++p) {
-    const uint4 v = *reinterpret_cast<const uint4*>(blob + p * 512);
-    cw[4 * p] = v.x, cw[4 * p + 1] = v.y, cw[4 * p + 2] = v.z, cw[4 * p + 3] = v.w;
-  }
+  uint32_t a[8][4];
+  wg_fragments<F>(blobs + bj * kWgBlob<F>, w, lane, a);
   const int64_t ra = 64 * b + 16 * w + g - row0, rb = ra + 8;
   const bool oka = ra >= 0 && ra < rows, okb = rb >= 0 && rb < rows;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    uint32_t a[4];
-    wg8_slice(cw[2 * i], cw[2 * i + 1], a);
     const int64_t k = wg::kStageK * j + 16 * i + 2 * qd;
     if (oka) {
-      *reinterpret_cast<uint32_t*>(out + ra * K + k) = a[0];
-      *reinterpret_cast<uint32_t*>(out + ra * K + k + 8) = a[2];
+      *reinterpret_cast<uint32_t*>(out + ra * K + k) = a[i][0];
+      *reinterpret_cast<uint32_t*>(out + ra * K + k + 8) = a[i][2];
     }
     if (okb) {
-      *reinterpret_cast<uint32_t*>(out + rb * K + k) = a[1];
-      *reinterpret_cast<uint32_t*>(out + rb * K + k + 8) = a[3];
+      *reinterpret_cast<uint32_t*>(out + rb * K + k) = a[i][1];
+      *reinterpret_cast<uint32_t*>(out + rb * K + k + 8) = a[i][3];
     }
   }
 }
@@ -2872,7 +2859,7 @@ __global__ void __launch_bounds__(160, NT <= 16 ? 3 : 2)
     return;
   }
   pdl_wait();  // y may still be read by the previous kernel
-  const int lane = tid & 31, wq = tid >> 5, g = lane >> 2;
+  const int lane = tid & 31, wq = tid >> 5;
   float acc[NT / 2];
   float tot[FOLD ? NT / 2 : 1];
 #pragma unroll
@@ -2890,25 +2877,7 @@ __global__ void __launch_bounds__(160, NT <= 16 ? 3 : 2)
   for (int kt = 0; kt < KT; ++kt) {
     const int s = kt % STAGES;
     mbar_wait(full(s), uint32_t(kt / STAGES) & 1u);
-    const unsigned char* const blob = bsm + s * C::kBlob;
-    if constexpr (F == SFmt::NVFP4) {
-      const uint4 c0 = *reinterpret_cast<const uint4*>(blob + wq * 1024 + lane * 16);
-      const uint4 c1 = *reinterpret_cast<const uint4*>(blob + wq * 1024 + 512 + lane * 16);
-      const uint4 sc = *reinterpret_cast<const uint4*>(blob + wg::kCodeBytes + wq * 128 + g * 16);
-      const uint32_t cw[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-      const uint32_t sw[4] = {sc.x, sc.y, sc.z, sc.w};
-#pragma unroll
-      for (int i = 0; i < 8; ++i) wg_slice(cw[i], sw[i / 2], i, af[i]);
-    } else {
-      uint32_t cw[16];
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        const uint4 v = *reinterpret_cast<const uint4*>(blob + wq * 2048 + p * 512 + lane * 16);
-        cw[4 * p] = v.x, cw[4 * p + 1] = v.y, cw[4 * p + 2] = v.z, cw[4 * p + 3] = v.w;
-      }
-#pragma unroll
-      for (int i = 0; i < 8; ++i) wg8_slice(cw[2 * i], cw[2 * i + 1], af[i]);
-    }
+    wg_fragments<F>(bsm + s * C::kBlob, wq, lane, af);
 #pragma unroll
     for (int i = 0; i < 8; ++i)
 #pragma unroll
@@ -3075,12 +3044,9 @@ cudaError_t dequant_scaled(const ScaledWeight& w, int64_t row0, int64_t rows, bf
                   b1 = (row0 + rows + wg::kBlockRows - 1) / wg::kBlockRows;
     const int64_t items = (b1 - b0) * (w.K / wg::kStageK) * 128;  // threads
     auto* o = reinterpret_cast<__nv_bfloat16*>(out);
-    if (w.format == ScaledFormat::NVFP4)
-      dequant_wg_kernel<<<unsigned((items + 255) / 256), 256, 0, s>>>(w.data, w.K, b0, items, row0,
-                                                                      rows, o);
-    else
-      dequant_wg8_kernel<<<unsigned((items + 255) / 256), 256, 0, s>>>(w.data, w.K, b0, items, row0,
-                                                                       rows, o);
+    const auto kernel = w.format == ScaledFormat::NVFP4 ? dequant_wg_kernel<SFmt::NVFP4>
+                                                        : dequant_wg_kernel<SFmt::FP8>;
+    kernel<<<unsigned((items + 255) / 256), 256, 0, s>>>(w.data, w.K, b0, items, row0, rows, o);
     return cudaGetLastError();
   }
   if (w.frag) {  // the tiles the rows touch, all their chunks
