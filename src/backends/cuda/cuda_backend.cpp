@@ -212,9 +212,10 @@ class CudaBackend final : public Backend {
     // BASALT_CUDA_NVFP4_FRAG=1: NVFP4 with K % 64 == 0 is kept in the fragment layout
     // (kernels.h nvfp4_to_frag), whose decode kernel streams codes straight into registers.
     // Same bits; opt-in because it is slower on most llama-3.1-8b shapes so far (docs/cuda.md).
-    // BASALT_CUDA_NVFP4_WG=1 / BASALT_CUDA_FP8_WG=1: NVFP4, or FP8 per tensor or per row, with
-    // K % 128 == 0 is kept in the wgmma layout (kernels.h scaled_to_wg), whose decode kernel puts
-    // the weights in wgmma's register operand.
+    // NVFP4, or FP8 per tensor or per row, with K % 128 == 0 is kept in the wgmma layout
+    // (kernels.h scaled_to_wg), whose decode kernel puts the weights in wgmma's register operand
+    // (same bits; llama-3.1-8b decode on the H100, 2026-12-07: NVFP4 253 against 220 tok/s, FP8
+    // 226 against 194). BASALT_CUDA_NVFP4_WG=0 / BASALT_CUDA_FP8_WG=0 keep the checkpoint's.
     const bool fp8_wg = w.dtype == DType::F8_E4M3 && !(w.scales && w.scale_block);
     if (w.cols % 128 == 0 && ((w.dtype == DType::NVFP4 && wg_enabled("BASALT_CUDA_NVFP4_WG")) ||
                               (fp8_wg && wg_enabled("BASALT_CUDA_FP8_WG")))) {
@@ -255,7 +256,7 @@ class CudaBackend final : public Backend {
   }
   static bool wg_enabled(const char* var) {
     const char* e = std::getenv(var);
-    return e && std::string(e) == "1";
+    return !(e && std::string(e) == "0");
   }
   static bool frag_enabled() {
     static const bool on = [] {
@@ -665,9 +666,9 @@ class CudaBackend final : public Backend {
     grow(ws_, ws_bytes_, ws, "attention");
     c.workspace = ws ? static_cast<float*>(ws_) : nullptr;
     c.workspace_bytes = ws ? ws_bytes_ : 0;
-    // Decode's split passes merge in their last blocks (zeroed counters; BASALT_CUDA_FUSE=0: a
-    // merge launch, for A/B measurement).
-    if (ws && opt_.fuse) {
+    // merge_fold (BASALT_CUDA_MERGE_FOLD=1): decode's split passes merge in their last blocks
+    // (zeroed counters) instead of a merge launch.
+    if (ws && opt_.fuse && opt_.merge_fold) {
       grow(attn_counters_, attn_counters_bytes_, kAttnFoldCounters * sizeof(unsigned),
            "attention counters");
       c.counters = static_cast<unsigned*>(attn_counters_);
@@ -737,6 +738,7 @@ class CudaBackend final : public Backend {
     a.router = m.router, a.out = m.out;
     a.T = m.T, a.E = m.E, a.F = m.F, a.n_experts = m.n_experts, a.top_k = m.top_k;
     a.norm_topk = m.norm_topk;
+    a.combine_fold = opt_.combine_fold;
     const ExpertTable& tab = expert_table(m);
     a.gate = tab.dev(), a.up = tab.dev() + m.n_experts, a.down = tab.dev() + 2 * m.n_experts;
     moe_run(a, moe_plan(choices_, "bf16", m.T, m.F, m.E, m.n_experts, m.top_k));
@@ -950,6 +952,10 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& opt) {
   if (const char* p = std::getenv("BASALT_CUDA_PROFILE"); p && std::string(p) == "1")
     o.profile = true;
   if (const char* p = std::getenv("BASALT_CUDA_FUSE"); p && std::string(p) == "0") o.fuse = false;
+  if (const char* p = std::getenv("BASALT_CUDA_MOE_COMBINE_FOLD"); p && std::string(p) == "0")
+    o.combine_fold = false;
+  if (const char* p = std::getenv("BASALT_CUDA_MERGE_FOLD"); p && std::string(p) == "1")
+    o.merge_fold = true;
   if (const char* p = std::getenv("BASALT_CUDA_ATTN"))
     o.attn_kernel = static_cast<uint8_t>(attention_kernel_named(p));
   return std::make_unique<CudaBackend>(o);

@@ -720,7 +720,7 @@ cudaError_t moe(const MoeKernelArgs& a, cudaStream_t s) {
                      L.max_tiles, s, a.kernel);
       if (e == cudaSuccess) e = swiglu(g, up, act, P * a.F, s);
     }
-    if (e == cudaSuccess && one_launch) {
+    if (e == cudaSuccess && one_launch && a.combine_fold) {
       e = moe_matmul_combine(act, a.down, a.E, a.F, y, order, tiles, L.max_tiles, w, rows, a.top_k,
                              counters, a.out + r0 * a.E, s, a.kernel);
       if (e != cudaSuccess) return e;

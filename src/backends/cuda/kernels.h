@@ -390,6 +390,9 @@ struct MoeKernelArgs {
   void* workspace = nullptr;  // moe_workspace_bytes(T, E, F, n_experts, top_k)
   size_t workspace_bytes = 0;
   MatmulKernel kernel = MatmulKernel::Auto;  // moe_matmul's tiling (tests, benchmarks)
+  // false: the combine by a launch of its own even where route and plan ran in one launch
+  // (A/B measurement; the same bits).
+  bool combine_fold = true;
 };
 size_t moe_workspace_bytes(int64_t T, int64_t E, int64_t F, int64_t n_experts, int64_t top_k);
 cudaError_t moe(const MoeKernelArgs& a, cudaStream_t s);
