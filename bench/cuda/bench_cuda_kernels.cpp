@@ -226,12 +226,15 @@ void bench_scaled() {
     bool bf16;
     bc::ScaledFormat f;
     int64_t B;
-    bool frag = false;  // NVFP4 in the fragment layout (as the backend keeps it)
+    bool frag = false;  // NVFP4 in the fragment layout (BASALT_CUDA_NVFP4_FRAG=1)
+    bool wg = false;    // the wgmma layout (scaled_to_wg)
   };
   const Fmt fmts[] = {{"bf16", true, bc::ScaledFormat::FP8, 0},
                       {"NVFP4", false, bc::ScaledFormat::NVFP4, 0},
                       {"NVFP4-frag", false, bc::ScaledFormat::NVFP4, 0, true},
+                      {"NVFP4-wg", false, bc::ScaledFormat::NVFP4, 0, false, true},
                       {"FP8", false, bc::ScaledFormat::FP8, 0},
+                      {"FP8-wg", false, bc::ScaledFormat::FP8, 0, false, true},
                       {"FP8-b128", false, bc::ScaledFormat::FP8Blocks, 128}};
   std::printf("\n%-8s %-9s %6s %6s %6s %-8s %10s %8s %6s %6s %8s\n", "shape", "format", "T", "N",
               "K", "path", "median_us", "GB/s", "%copy", "%4TB", "TFLOP/s");
@@ -274,6 +277,8 @@ void bench_scaled() {
         w.scales = sc_bytes ? wmem + stride * c + code_bytes : nullptr;
         w.scale = 0.01f;
         w.frag = f.frag;
+        w.wg = f.wg;
+        if (f.wg && f.f == bc::ScaledFormat::NVFP4) w.scales = nullptr;
         return w;
       };
       if (f.frag)  // each copy rewritten in place (N % 16 == 0: the same size) through a temporary
@@ -285,6 +290,17 @@ void bench_scaled() {
           src.frag = false;
           CK(bc::nvfp4_to_frag(src, tmp, tmp + fc, nullptr));
           CK(cudaMemcpy(wmem + stride * c, tmp, fc + fsb, cudaMemcpyDeviceToDevice));
+          CK(cudaFree(tmp));
+        }
+      if (f.wg)  // each copy rewritten in place (N % 64 == 0: the same size) through a temporary
+        for (int c = 0; c < copies; ++c) {
+          const size_t wb = bc::scaled_wg_bytes(f.f, N, K);
+          uint8_t* tmp;
+          CK(cudaMalloc(&tmp, wb));
+          bc::ScaledWeight src = weight(c);
+          src.wg = false, src.scales = sc_bytes ? wmem + stride * c + code_bytes : nullptr;
+          CK(bc::scaled_to_wg(src, tmp, nullptr));
+          CK(cudaMemcpy(wmem + stride * c, tmp, wb, cudaMemcpyDeviceToDevice));
           CK(cudaFree(tmp));
         }
       const size_t scr_bytes = f.bf16 ? 0 : bc::matmul_scaled_scratch_bytes(weight(0));
@@ -306,7 +322,7 @@ void bench_scaled() {
         const bool fused = !f.bf16 && T <= 64 && bc::matmul_scaled_fused_ok(weight(0));
         // T = 1: the fused kernel's other stage shapes too (set_matmul_scaled_config).
         if (const char* e = std::getenv("BENCH_T"); e && std::atoll(e) != T) continue;
-        for (int cfg = 0; cfg < (fused && T == 1 && !f.B && !f.frag ? 4 : 1); ++cfg) {
+        for (int cfg = 0; cfg < (fused && T == 1 && !f.B && !f.frag && !f.wg ? 4 : 1); ++cfg) {
           if (const char* e = std::getenv("BENCH_CFG"); e && std::atoi(e) != cfg) continue;
           bc::set_matmul_scaled_config(cfg);
           const double ms = time_ms(

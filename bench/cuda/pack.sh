@@ -23,6 +23,8 @@ cp "$BUILD/basalt" "$P/"
 [ "${NO_TESTS:-0}" = 1 ] ||
   cp "$BUILD/tests/gpu/test_cuda_kernels" "$BUILD/tests/gpu/test_cuda_model" "$P/tests/gpu/"
 cp "$BUILD/bench/cuda/bench_cuda_kernels" "$P/bench/cuda/"
+# The source path the build was configured in (test_cuda_model reads tests/golden under it).
+echo "$root" > "$P/source_dir"
 ldd "$BUILD/basalt" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' |
   grep -E 'pcre2|utf8proc|hwy|httplib|spdlog|fmt|brotli' | while read -r name path; do
   cp -L "$path" "$P/rtlib/$name"

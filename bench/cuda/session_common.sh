@@ -6,8 +6,10 @@ B=build-cuda
 export LD_LIBRARY_PATH=$PWD/$B/rtlib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-# test_cuda_model reads the golden checkpoints under the build machine's source path.
-[ -d /work/main/tests/golden ] || { mkdir -p /work && ln -sfn "$PWD" /work/main; }
+# test_cuda_model reads the golden checkpoints under the build machine's source path (pack.sh
+# records it; older archives: /work/main).
+SRC_DIR=$(cat $B/source_dir 2>/dev/null || echo /work/main)
+[ -d "$SRC_DIR/tests/golden" ] || { mkdir -p "$(dirname "$SRC_DIR")" && ln -sfn "$PWD" "$SRC_DIR"; }
 step() { echo "== $*"; local t0=$SECONDS; "$@"; echo "== rc=$? ($((SECONDS - t0)) s)"; }
 # Each suite is cut off after TEST_TIMEOUT seconds (default 240), so a kernel that hangs (an
 # mbarrier pipeline waiting forever) costs minutes, not the whole call.

@@ -609,6 +609,33 @@ void test_matmul_scaled(bc::ScaledFormat fmt, int64_t N, int64_t K, int64_t B = 
     check(std::equal(part.begin(), part.begin() + rn * K, inner.begin() + r0 * K),
           tag + " fragment layout: dequant_scaled of rows 5 .. 41 == ref inner, bitwise");
   }
+  // The wgmma layout: dequant_scaled writes inner (FP8) or inner · 2^-7 (NVFP4, nvfp4_wg.h),
+  // whole and for a run of rows that starts and ends inside 64-row blocks; NVFP4's matmuls
+  // multiply by factor · 2^7.
+  const bool wgl = fmt != bc::ScaledFormat::FP8Blocks && K % 128 == 0;
+  const int wg_shift = fmt == bc::ScaledFormat::NVFP4 ? -7 : 0;
+  std::unique_ptr<Dev<uint8_t>> wq;
+  bc::ScaledWeight ww = d.w;
+  if (wgl) {
+    wq = std::make_unique<Dev<uint8_t>>(bc::scaled_wg_bytes(fmt, N, K));
+    CK(bc::scaled_to_wg(d.w, wq->p, nullptr));
+    ww.wg = true, ww.data = wq->p;
+    if (fmt == bc::ScaledFormat::NVFP4) ww.scales = nullptr;
+    std::vector<uint16_t> shifted(inner.size());
+    for (size_t i = 0; i < inner.size(); ++i)  // exact: inner is 0 or at least 2^-10
+      shifted[i] = f32_to_bf16(std::ldexp(bf16_to_f32(inner[i]), wg_shift));
+    dinner.poison();
+    CK(bc::dequant_scaled(ww, 0, N, dinner.p, nullptr));
+    check(dinner.down() == shifted, tag + " wgmma layout: dequant_scaled == ref inner · 2^" +
+                                        std::to_string(wg_shift) + ", bitwise");
+    const int64_t r0 = 37, rn = std::min<int64_t>(70, N - r0);
+    dinner.poison();
+    CK(bc::dequant_scaled(ww, r0, rn, dinner.p, nullptr));
+    const auto part = dinner.down();
+    check(std::equal(part.begin(), part.begin() + rn * K, shifted.begin() + r0 * K),
+          tag + " wgmma layout: dequant_scaled of rows 37 .. 106 == ref inner · 2^" +
+              std::to_string(wg_shift) + ", bitwise");
+  }
   dinner.up(inner);
 
   auto x = rand_bf16(size_t(Tmax * K));
@@ -685,37 +712,48 @@ void test_matmul_scaled(bc::ScaledFormat fmt, int64_t N, int64_t K, int64_t B = 
           {bc::ScaledKernel::Dequant, T <= 64, size_t(128 * K * 2), "dequant 128-row blocks"});
     runs.push_back({bc::ScaledKernel::Auto, T <= 64, scr_bytes, "auto"});
     for (const Run& r : runs)
-      for (int f = 0; f < (frag ? 2 : 1); ++f) {
-        if (f && r.config) continue;  // (the fragment kernel has one shape)
+      for (int f = 0; f < 3; ++f) {
+        if ((f == 1 && !frag) || (f == 2 && !wgl)) continue;
+        if (f && r.config) continue;  // (the fragment and wgmma kernels have one shape)
         dy.poison();
         bc::set_matmul_scaled_config(r.config);
-        CK(bc::matmul_scaled(dx.p, T, f ? fw : d.w, dy.p, nullptr, r.k, r.ws ? ws.p : nullptr,
-                             r.ws ? ws_bytes : 0, r.scratch ? scr.p : nullptr, r.scratch));
+        CK(bc::matmul_scaled(dx.p, T,
+                             f == 2 ? ww
+                             : f    ? fw
+                                    : d.w,
+                             dy.p, nullptr, r.k, r.ws ? ws.p : nullptr, r.ws ? ws_bytes : 0,
+                             r.scratch ? scr.p : nullptr, r.scratch));
         bc::set_matmul_scaled_config(0);
-        compare(f ? "fragment layout " + r.name : r.name, T);
+        compare(f == 2 ? "wgmma layout " + r.name : f ? "fragment layout " + r.name : r.name, T);
       }
   }
-  if (frag) {  // every T of the fragment kernel's four token tilings, split and folded
+  // Every T of the fragment and wgmma kernels' four token tilings, split and folded.
+  for (int f = 1; f < 3; ++f) {
+    if ((f == 1 && !frag) || (f == 2 && !wgl)) continue;
     int bad = 0;
     for (int64_t T = 1; T <= 64; ++T)
       for (bool use_ws : {false, true}) {
         dy.poison();
-        CK(bc::matmul_scaled(dx.p, T, fw, dy.p, nullptr, bc::ScaledKernel::Fused,
+        CK(bc::matmul_scaled(dx.p, T, f == 2 ? ww : fw, dy.p, nullptr, bc::ScaledKernel::Fused,
                              use_ws ? ws.p : nullptr, use_ws ? ws_bytes : 0));
         const auto got = dy.down();
         bad += std::memcmp(got.data(), want.data(), size_t(T * N) * 4) != 0;
       }
-    check(bad == 0, tag +
-                        " fragment layout fused, T = 1 .. 64, with and without the workspace, "
+    check(bad == 0, tag + (f == 2 ? " wgmma" : " fragment") +
+                        " layout fused, T = 1 .. 64, with and without the workspace, "
                         "== matmul_bf16(inner) · factor bitwise (" +
                         std::to_string(bad) + " of 128 differ)");
   }
   if (fused_ok) {  // run-to-run, split mode (counters left at zero)
-    for (int f = 0; f < (frag ? 2 : 1); ++f) {
-      const bc::ScaledWeight& w = f ? fw : d.w;
+    for (int f = 0; f < 3; ++f) {
+      if ((f == 1 && !frag) || (f == 2 && !wgl)) continue;
+      const bc::ScaledWeight& w = f == 2 ? ww : f ? fw : d.w;
       CK(bc::matmul_scaled(dx.p, 7, w, dy.p, nullptr, bc::ScaledKernel::Fused, ws.p, ws_bytes));
       CK(bc::matmul_scaled(dx.p, 7, w, dy.p, nullptr, bc::ScaledKernel::Fused, ws.p, ws_bytes));
-      compare(f ? "fragment layout fused split-K, third run" : "fused split-K, third run", 7);
+      compare(f == 2   ? "wgmma layout fused split-K, third run"
+              : f == 1 ? "fragment layout fused split-K, third run"
+                       : "fused split-K, third run",
+              7);
     }
   }
 }
@@ -760,6 +798,8 @@ void test_matmul_scaled_known() {
     s[size_t(2 * (K / 16) + 1)] = 0x40;  // (2.0)
     q[size_t(3 * K / 2 + 31)] = 0x10;    // row 3: k62 = 0, k63 = code 1 (0.5)
     s[size_t(3 * (K / 16) + 3)] = 0x01;  // E4M3 subnormal 2^-9
+    q[size_t(4 * K / 2)] = 0xB3;         // row 4: k0 = code 3 (1.5), k1 = code 0xB (-1.5),
+    s[size_t(4 * (K / 16))] = 0x00;      // group scale 0: y row 4 is 0 for every x
     Dev<uint8_t> dq(q.size()), ds(s.size());
     dq.up(q), ds.up(s);
     bc::ScaledWeight w;
@@ -781,6 +821,12 @@ void test_matmul_scaled_known() {
     bc::ScaledWeight fw = w;
     fw.frag = true, fw.data = fq.p, fw.scales = fs.p;
     run_all(fw, want, "matmul_scaled NVFP4 fragment layout");
+    // The wgmma layout (the negative scale as above; row 4's zero scale zeroes its codes).
+    Dev<uint8_t> wqm(bc::scaled_wg_bytes(w.format, N, K));
+    CK(bc::scaled_to_wg(w, wqm.p, nullptr));
+    bc::ScaledWeight ww = w;
+    ww.wg = true, ww.data = wqm.p, ww.scales = nullptr;
+    run_all(ww, want, "matmul_scaled NVFP4 wgmma layout");
   }
   // FP8 codes: row 0 k0 1.0 (0x38), k1 -2.0 (0xC0); row 1 k1 2^-9 (0x01); row 2 k16 3.5 (0x46),
   // k17 -0.8125 (0xB5); row 3 k63 448 (0x7E).
@@ -805,6 +851,18 @@ void test_matmul_scaled_known() {
     want[2 * N + 2] = 0.5f * (3.5f - 2.0f * 0.8125f);
     want[3 * N + 3] = 224.0f;
     run_all(w, want, "matmul_scaled FP8 per-row");
+    // The wgmma layout: per row as above, then per tensor with scale 1 (the codes' own values).
+    Dev<uint8_t> wq8(bc::scaled_wg_bytes(w.format, N, K));
+    CK(bc::scaled_to_wg(w, wq8.p, nullptr));
+    bc::ScaledWeight ww = w;
+    ww.wg = true, ww.data = wq8.p;
+    run_all(ww, want, "matmul_scaled FP8 per-row wgmma layout");
+    ww.format = bc::ScaledFormat::FP8, ww.scales = nullptr, ww.scale = 1.0f;
+    want[0 * N + 0] = 1.0f, want[1 * N + 0] = -2.0f;
+    want[1 * N + 1] = 0x1p-9f;
+    want[2 * N + 2] = 3.5f - 2.0f * 0.8125f;
+    want[3 * N + 3] = 448.0f;
+    run_all(ww, want, "matmul_scaled FP8 per-tensor wgmma layout");
   }
   {  // 128×128 blocks: block column 0 scaled by 1/3 (products rounded to bf16), column 1 by 1
     const float s3 = 1.0f / 3.0f;
@@ -1518,17 +1576,29 @@ void test_long_decode_attention(int64_t P, int64_t H, int64_t Hkv, int64_t D) {
   const size_t ws_bytes = bc::attention_workspace_bytes(1, H, D, a.max_pos + 1);
   Dev<float> ws(ws_bytes / 4 + 1);
   a.workspace = ws.p, a.workspace_bytes = ws_bytes;
-  for (const auto& [sk, name] :
-       {std::pair{bc::SplitKernel::Auto, "auto"}, std::pair{bc::SplitKernel::Chunk4, "chunk4"},
-        std::pair{bc::SplitKernel::Walk4, "walk4"}, std::pair{bc::SplitKernel::Warp1, "warp1"}}) {
-    bc::set_attention_split_kernel(sk);
-    dout.poison();
-    CK(bc::attention(a, nullptr, bc::AttnKernel::Split));
-    const auto got = dout.down();
-    check(same_bits(got.data(), fused.data(), H * D * 2),
-          "decode attention at position " + std::to_string(P - 1) + " (max_pos " +
-              std::to_string(a.max_pos) + ") split " + name + " == fused, bitwise");
+  // With counters, Chunk4 and Walk4 merge in their last blocks where the context allows
+  // (AttnArgs::counters); the counters are left at zero.
+  const std::vector<uint32_t> zeros(bc::kAttnFoldCounters, 0u);
+  Dev<uint32_t> cnt(zeros.size());
+  cnt.up(zeros);
+  for (bool fold : {false, true}) {
+    a.counters = fold ? cnt.p : nullptr;
+    for (const auto& [sk, name] :
+         {std::pair{bc::SplitKernel::Auto, "auto"}, std::pair{bc::SplitKernel::Chunk4, "chunk4"},
+          std::pair{bc::SplitKernel::Walk4, "walk4"}, std::pair{bc::SplitKernel::Warp1, "warp1"}}) {
+      bc::set_attention_split_kernel(sk);
+      dout.poison();
+      CK(bc::attention(a, nullptr, bc::AttnKernel::Split));
+      const auto got = dout.down();
+      check(same_bits(got.data(), fused.data(), H * D * 2),
+            "decode attention at position " + std::to_string(P - 1) + " (max_pos " +
+                std::to_string(a.max_pos) + ", H " + std::to_string(H) + "/" + std::to_string(Hkv) +
+                ") split " + name + (fold ? " with counters (merge folded where it fits)" : "") +
+                " == fused, bitwise");
+    }
   }
+  check(cnt.down() == zeros, "decode attention at position " + std::to_string(P - 1) +
+                                 ": the folded merge's counters back at zero");
   bc::set_attention_split_kernel(bc::SplitKernel::Auto);
 }
 
@@ -2260,6 +2330,10 @@ int main() {
   test_attention({170, 8, 2, 256}, true);  // Qwen3.5 and Qwen3-Next heads
   test_attention({1100, 32, 8, 128}, false);
   test_long_decode_attention(17000, 32, 8, 128);
+  test_long_decode_attention(576, 32, 8, 128);  // decode contexts: the merge folded
+  test_long_decode_attention(3000, 40, 8, 128);
+  test_long_decode_attention(1000, 16, 4, 64);
+  test_long_decode_attention(40, 32, 4, 128);  // one chunk seen (G = 8)
   test_long_decode_attention(20000, 16, 4, 64);
   test_small_ops();
   test_rope_kv_write();
@@ -2281,6 +2355,7 @@ int main() {
   test_moe({1, 256, 96, 16, 4, true});
   test_moe({37, 256, 96, 16, 4, true});
   test_moe({32, 256, 96, 128, 8, true});  // the most rows routed and planned in one launch
+  test_moe({8, 2048, 256, 16, 4, true});  // the combine folded into 64 column groups of down
   test_moe({37, 256, 96, 16, 4, false});
   test_moe({37, 2048, 256, 8, 2, true});  // gate/up in 2 K segments of 1024
   test_moe({1100, 64, 32, 8, 2, false});  // two chunks of kMoeChunkRows

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "backends/cuda/device_util.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/mma.cuh"
 #include "backends/cuda/pdl.cuh"
@@ -1306,6 +1307,63 @@ SplitKernel g_split_kernel = SplitKernel::Auto;  // set_attention_split_kernel (
 int64_t g_split_groups = 0;
 constexpr int64_t kSplit4MaxChunks = 64;  // Auto: Chunk4 / Walk4 up to here, Warp1 above
 constexpr int kWalkBufs = 3;
+// The merge folded into a Split4 pass of one 16-row tile per KV head (AttnArgs::counters): the
+// last of a KV head's n_groups blocks to finish (CUDA's last-block pattern: fences, a counter,
+// set back to zero) merges the tile's rows with attn_split_merge_kernel's arithmetic: the running
+// max is a prefix max (exact in any grouping), the coefficients exp(M - M'), exp(m - M'), l and
+// acc folded left to right with the first chunk as the state, out = bf16(acc · (1 / l)): the
+// same bits. One thread a row computes its coefficients and 1 / l into shared memory (`sm`, the
+// kernel's own, free by then: 16 rows × max_chunks float2 and 16 floats); then each thread takes
+// output dims, reading the partials through L2 (__ldcg).
+template <int D>
+__device__ __forceinline__ void split_fold_merge(const AttnArgs& a, int64_t hk, int64_t n_groups,
+                                                 int64_t max_chunks, char* sm) {
+  if (!last_block_arrive(a.counters + hk, unsigned(n_groups), true)) return;
+  constexpr int kP = kPartFloats<D>;
+  const int64_t G = a.H / a.Hkv;
+  const int rows = int(a.T * G);  // <= kMmaRows: the tile's rows r = t · G + g
+  auto* coef = reinterpret_cast<float2*>(sm);
+  auto* linv = reinterpret_cast<float*>(coef + kMmaRows * max_chunks);
+  auto th_of = [&](int r) { return int64_t(r / G) * a.H + hk * G + r % G; };
+  if (int(threadIdx.x) < rows) {
+    const int r = int(threadIdx.x);
+    const float* src = a.workspace + th_of(r) * max_chunks * kP;
+    const int64_t nc = n_chunks(row_pos(a, r / G));
+    float M = __ldcg(src + D), l = __ldcg(src + D + 1);
+    for (int64_t c = 1; c < nc; ++c) {
+      const float mc = __ldcg(src + c * kP + D), lc = __ldcg(src + c * kP + D + 1);
+      const float Mn = fmaxf(M, mc);
+      const float2 f = make_float2(expf(__fsub_rn(M, Mn)), expf(__fsub_rn(mc, Mn)));
+      coef[r * max_chunks + c] = f;
+      l = __fadd_rn(__fmul_rn(l, f.x), __fmul_rn(lc, f.y));
+      M = Mn;
+    }
+    linv[r] = __fdiv_rn(1.0f, l);
+  }
+  __syncthreads();
+  for (int idx = int(threadIdx.x); idx < rows * D; idx += int(blockDim.x)) {
+    const int r = idx / D, d = idx % D;
+    const int64_t th = th_of(r), nc = n_chunks(row_pos(a, r / G));
+    const float* src = a.workspace + th * max_chunks * kP + d;
+    const float2* cf = coef + r * max_chunks;
+    float acc = __ldcg(src);
+#pragma unroll 8
+    for (int64_t c = 1; c < nc; ++c) {
+      const float2 f = cf[c];
+      acc = __fadd_rn(__fmul_rn(acc, f.x), __fmul_rn(__ldcg(src + c * kP), f.y));
+    }
+    a.out[th * D + d] = __bfloat16_as_ushort(__float2bfloat16_rn(__fmul_rn(acc, linv[r])));
+  }
+}
+// Whether a Split4 pass folds its merge (split_fold_merge): contexts of at most kSplit4MaxChunks
+// chunks (a row's coefficients are one thread's chain), its shared memory within the kernel's.
+__host__ __device__ __forceinline__ bool split_folds(const AttnArgs& a, int64_t max_chunks,
+                                                     int smem) {
+  return a.counters && a.Hkv <= kAttnFoldCounters && a.T * (a.H / a.Hkv) <= kMmaRows &&
+         max_chunks <= kSplit4MaxChunks &&
+         size_t(kMmaRows) * size_t(max_chunks) * 8 + kMmaRows * 4 <= size_t(smem);
+}
+
 template <int D, bool F8, int kBufs>
 struct Split4Smem {
   using L = MmaSmem<D>;
@@ -1394,18 +1452,28 @@ __global__ void __launch_bounds__(128)
       }
     }
   });
+  // (a.counters is set only where split_folds: one tile per KV head, so ht is the KV head.)
+  if (a.counters) {
+    cp_async_wait<0>();
+    __syncthreads();  // every warp is done with the shared memory the merge reuses
+    split_fold_merge<D>(a, ht, n_groups, max_chunks, sm4);
+  }
 }
 
 // One Split pass: Kern (a split kernel taking (a, n_tiles, max_chunks, groups)) on
 // Hkv · n_tiles · groups blocks of `threads` with `smem` bytes of shared memory, then the merge.
-template <auto Kern, int D>
+// FOLD (the Split4 kernels): where split_folds, the kernel merges and no merge is launched.
+template <auto Kern, int D, bool FOLD = false>
 cudaError_t launch_split(const AttnArgs& a, cudaStream_t s, int smem, int threads, int64_t n_tiles,
                          int64_t max_chunks, int64_t groups) {
   cudaError_t e = allow_smem<Kern>(smem);
   if (e != cudaSuccess) return e;
+  AttnArgs b = a;
+  const bool fold = FOLD && split_folds(a, max_chunks, smem);
+  if (!fold) b.counters = nullptr;
   e = launch_pdl(Kern, dim3(unsigned(a.Hkv * n_tiles * groups)), dim3(threads), smem, s,
-                 small_pdl(a.T <= kPdlRows), a, n_tiles, max_chunks, groups);
-  if (e != cudaSuccess) return e;
+                 small_pdl(a.T <= kPdlRows), b, n_tiles, max_chunks, groups);
+  if (e != cudaSuccess || fold) return e;
   return launch_merge<D>(a, s, max_chunks);
 }
 
@@ -1462,12 +1530,12 @@ cudaError_t launch_mma(const AttnArgs& a, cudaStream_t s, AttnKernel k) {
   };
   if (sk == SplitKernel::Walk4) {
     constexpr int kSmem = Split4Smem<D, F8, kWalkBufs>::kBytes;
-    return launch_split<attn_mma_split4_kernel<D, F8, kWalkBufs>, D>(a, s, kSmem, 128, n_tiles,
-                                                                     max_chunks, groups_for(kSmem));
+    return launch_split<attn_mma_split4_kernel<D, F8, kWalkBufs>, D, true>(
+        a, s, kSmem, 128, n_tiles, max_chunks, groups_for(kSmem));
   }
   if (sk == SplitKernel::Chunk4)
-    return launch_split<attn_mma_split4_kernel<D, F8, 1>, D>(a, s, Split4Smem<D, F8, 1>::kBytes,
-                                                             128, n_tiles, max_chunks, max_chunks);
+    return launch_split<attn_mma_split4_kernel<D, F8, 1>, D, true>(
+        a, s, Split4Smem<D, F8, 1>::kBytes, 128, n_tiles, max_chunks, max_chunks);
   constexpr int kSmem = MmaSmem<D>::bytes(F8, 2);
   return launch_split<attn_mma_split_kernel<D, F8>, D>(a, s, kSmem, 32, n_tiles, max_chunks,
                                                        groups_for(kSmem));

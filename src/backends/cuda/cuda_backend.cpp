@@ -212,7 +212,25 @@ class CudaBackend final : public Backend {
     // BASALT_CUDA_NVFP4_FRAG=1: NVFP4 with K % 64 == 0 is kept in the fragment layout
     // (kernels.h nvfp4_to_frag), whose decode kernel streams codes straight into registers.
     // Same bits; opt-in because it is slower on most llama-3.1-8b shapes so far (docs/cuda.md).
-    if (w.dtype == DType::NVFP4 && w.cols % 64 == 0 && frag_enabled()) {
+    // NVFP4, or FP8 per tensor or per row, with K % 128 == 0 is kept in the wgmma layout
+    // (kernels.h scaled_to_wg), whose decode kernel puts the weights in wgmma's register operand
+    // (same bits; llama-3.1-8b decode on the H100, 2026-12-07: NVFP4 253 against 220 tok/s, FP8
+    // 226 against 194). BASALT_CUDA_NVFP4_WG=0 / BASALT_CUDA_FP8_WG=0 keep the checkpoint's.
+    const bool fp8_wg = w.dtype == DType::F8_E4M3 && !(w.scales && w.scale_block);
+    if (w.cols % 128 == 0 && ((w.dtype == DType::NVFP4 && wg_enabled("BASALT_CUDA_NVFP4_WG")) ||
+                              (fp8_wg && wg_enabled("BASALT_CUDA_FP8_WG")))) {
+      const ScaledWeight cw = scaled_weight(d);
+      void* wb = alloc(scaled_wg_bytes(cw.format, w.rows, w.cols));
+      check(scaled_to_wg(cw, static_cast<uint8_t*>(wb), stream_), "scaled_to_wg");
+      check(cudaStreamSynchronize(stream_), "scaled_to_wg");
+      dealloc(dd);
+      d.data = wb;
+      if (w.dtype == DType::NVFP4) {
+        dealloc(const_cast<void*>(d.scales));
+        d.scales = wb;  // (unused: the blobs hold the scales)
+      }
+      wg_.insert(wb);
+    } else if (w.dtype == DType::NVFP4 && w.cols % 64 == 0 && frag_enabled()) {
       ScaledWeight cw = scaled_weight(d);
       void* fc = alloc(nvfp4_frag_code_bytes(w.rows, w.cols));
       void* fs = alloc(nvfp4_frag_scale_bytes(w.rows, w.cols));
@@ -236,6 +254,10 @@ class CudaBackend final : public Backend {
           w.dtype == DType::F8_E4M3 && w.scales && w.scale_block ? " and B % 128 == 0" : "");
     return d;
   }
+  static bool wg_enabled(const char* var) {
+    const char* e = std::getenv(var);
+    return !(e && std::string(e) == "0");
+  }
   static bool frag_enabled() {
     static const bool on = [] {
       const char* e = std::getenv("BASALT_CUDA_NVFP4_FRAG");
@@ -246,12 +268,13 @@ class CudaBackend final : public Backend {
   ScaledWeight scaled_weight(const WeightRef& w) const {
     ScaledWeight s;
     s.frag = frag_.count(w.data) > 0;
+    s.wg = wg_.count(w.data) > 0;
     s.format = w.dtype == DType::NVFP4 ? ScaledFormat::NVFP4
                : !w.scales             ? ScaledFormat::FP8
                : w.scale_block == 0    ? ScaledFormat::FP8Rows
                                        : ScaledFormat::FP8Blocks;
     s.data = static_cast<const uint8_t*>(w.data);
-    s.scales = w.scales;
+    s.scales = s.wg && w.dtype == DType::NVFP4 ? nullptr : w.scales;
     s.scale = w.scale;
     s.N = w.rows, s.K = w.cols;
     s.block = w.scale_block;
@@ -643,6 +666,13 @@ class CudaBackend final : public Backend {
     grow(ws_, ws_bytes_, ws, "attention");
     c.workspace = ws ? static_cast<float*>(ws_) : nullptr;
     c.workspace_bytes = ws ? ws_bytes_ : 0;
+    // merge_fold (BASALT_CUDA_MERGE_FOLD=1): decode's split passes merge in their last blocks
+    // (zeroed counters) instead of a merge launch.
+    if (ws && opt_.fuse && opt_.merge_fold) {
+      grow(attn_counters_, attn_counters_bytes_, kAttnFoldCounters * sizeof(unsigned),
+           "attention counters");
+      c.counters = static_cast<unsigned*>(attn_counters_);
+    }
     op("attention", 0, 0, [&] { return cuda::attention(c, stream_, kernel); });
   }
   void swiglu(const float* gate, const float* up, void* out, int64_t n) override {
@@ -708,6 +738,7 @@ class CudaBackend final : public Backend {
     a.router = m.router, a.out = m.out;
     a.T = m.T, a.E = m.E, a.F = m.F, a.n_experts = m.n_experts, a.top_k = m.top_k;
     a.norm_topk = m.norm_topk;
+    a.combine_fold = opt_.combine_fold;
     const ExpertTable& tab = expert_table(m);
     a.gate = tab.dev(), a.up = tab.dev() + m.n_experts, a.down = tab.dev() + 2 * m.n_experts;
     moe_run(a, moe_plan(choices_, "bf16", m.T, m.F, m.E, m.n_experts, m.top_k));
@@ -898,10 +929,13 @@ class CudaBackend final : public Backend {
   bool has_state_slots_ = false;
   void* ws_ = nullptr;  // attention's split workspace (f32 partials)
   size_t ws_bytes_ = 0;
+  void* attn_counters_ = nullptr;  // the folded merge's counters (zero between passes)
+  size_t attn_counters_bytes_ = 0;
   void* mm_ws_ = nullptr;
   size_t mm_ws_bytes_ = 0;
   void* deq_ = nullptr;  // matmul_scaled's dequant scratch (bf16 inner values)
   std::unordered_set<const void*> frag_;  // NVFP4 codes kept in the fragment layout
+  std::unordered_set<const void*> wg_;    // NVFP4 / FP8 weights kept in the wgmma layout
   size_t deq_bytes_ = 0;
   void *gdn_ws_ = nullptr, *moe_ws_ = nullptr;
   size_t gdn_ws_bytes_ = 0, moe_ws_bytes_ = 0;
@@ -918,6 +952,10 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& opt) {
   if (const char* p = std::getenv("BASALT_CUDA_PROFILE"); p && std::string(p) == "1")
     o.profile = true;
   if (const char* p = std::getenv("BASALT_CUDA_FUSE"); p && std::string(p) == "0") o.fuse = false;
+  if (const char* p = std::getenv("BASALT_CUDA_MOE_COMBINE_FOLD"); p && std::string(p) == "0")
+    o.combine_fold = false;
+  if (const char* p = std::getenv("BASALT_CUDA_MERGE_FOLD"); p && std::string(p) == "1")
+    o.merge_fold = true;
   if (const char* p = std::getenv("BASALT_CUDA_ATTN"))
     o.attn_kernel = static_cast<uint8_t>(attention_kernel_named(p));
   return std::make_unique<CudaBackend>(o);

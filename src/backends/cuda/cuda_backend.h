@@ -24,6 +24,14 @@ struct CudaOptions {
   // Fused launches that change no bits: rope + kv_write, the prefill gate / up products with
   // SwiGLU. Off (each op alone, for A/B measurement) with BASALT_CUDA_FUSE=0.
   bool fuse = true;
+  // The MoE combine folded into the down product's last blocks (the same bits; H100,
+  // 2026-12-07: 788-790 against 786-789 tok/s on qwen3-30b-a3b:12, within noise); a combine
+  // launch, for A/B measurement, with BASALT_CUDA_MOE_COMBINE_FOLD=0.
+  bool combine_fold = true;
+  // Decode's split attention merged by the split kernel's last blocks instead of a merge launch
+  // (the same bits). Off: measured slower (H100, 2026-12-07, graphs: qwen3-30b-a3b:12 752 against
+  // 789 tok/s, llama-3.1-8b 169.6 against 171.5); BASALT_CUDA_MERGE_FOLD=1 turns it on.
+  bool merge_fold = false;
   // Benchmarks: passes of more than 64 rows whose attention plan is Auto run this kernel
   // instead of Auto's (BlockWGPV; Block on an FP8 cache):
   // BASALT_CUDA_ATTN=auto|fused|block|blockwg|blockwgpv (another value: make_cuda_backend

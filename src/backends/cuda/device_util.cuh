@@ -26,4 +26,28 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// CUDA's last-block pattern (threadFenceReduction): each of `n` blocks calls this once its part
+// is written; true in every calling thread of the last block to arrive, which may then read the
+// others' parts through L2 (__ldcg). The counter is set back to zero by that block when `reset`
+// (the next pass starts from zero). sync() is a barrier over the calling threads and `leader`
+// one of them (the block and thread 0, or a TMA tiling's consumer warpgroup and its thread 0).
+struct BlockSync {
+  __device__ void operator()() const { __syncthreads(); }
+};
+template <class Sync = BlockSync>
+__device__ __forceinline__ bool last_block_arrive(unsigned* counter, unsigned n, bool reset,
+                                                  Sync sync = {}, bool leader = threadIdx.x == 0) {
+  __shared__ unsigned last;
+  __threadfence();
+  sync();
+  if (leader) {
+    last = atomicAdd(counter, 1u) + 1u == n;
+    if (last && reset) atomicExch(counter, 0u);
+  }
+  sync();
+  if (!last) return false;
+  __threadfence();
+  return true;
+}
+
 }  // namespace basalt::cuda

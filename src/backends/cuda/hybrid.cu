@@ -506,9 +506,12 @@ __host__ __device__ constexpr size_t route_plan_smem_bytes(int rows, int n, int 
 __global__ void __launch_bounds__(32 * kRoutePlanRows)
     moe_route_plan_kernel(const float* __restrict__ logits, int T, int n, int K, bool norm,
                           int32_t* ids, float* __restrict__ weights, int32_t* __restrict__ order,
-                          int32_t* __restrict__ tiles, int max_tiles) {
+                          int32_t* __restrict__ tiles, int max_tiles, unsigned* __restrict__ zero,
+                          int n_zero) {
   pdl_wait();
   pdl_trigger();
+  // The down product's combine counters (moe_matmul_combine), zero for its launch.
+  for (int i = int(threadIdx.x); i < n_zero; i += int(blockDim.x)) zero[i] = 0u;
   extern __shared__ __align__(16) unsigned char rp_smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const size_t per = route_smem_bytes(n);
@@ -542,7 +545,8 @@ constexpr bool kMoeFused = true;
 
 // The moe workspace of a chunk of `rows` rows, in 256-byte aligned pieces.
 struct MoeLayout {
-  size_t ids = 0, w = 0, order = 0, tiles = 0, g = 0, up = 0, act = 0, y = 0, total = 0;
+  size_t ids = 0, w = 0, counters = 0, order = 0, tiles = 0, g = 0, up = 0, act = 0, y = 0,
+         total = 0;
   int64_t max_tiles = 0;
   MoeLayout(int64_t rows, int64_t E, int64_t F, int64_t n_experts, int64_t top_k) {
     const int64_t P = rows * top_k;
@@ -555,6 +559,7 @@ struct MoeLayout {
     };
     ids = take(size_t(P) * 4);
     w = take(size_t(P) * 4);
+    counters = take(size_t(moe_combine_counters(E)) * 4);
     order = take(size_t(P) * 4);
     tiles = take(size_t(3 * max_tiles) * 4);
     if (!kMoeFused) {  // moe_matmul's f32 gate and up products
@@ -691,10 +696,15 @@ cudaError_t moe(const MoeKernelArgs& a, cudaStream_t s) {
     // (The plan's counters reuse the routing's shared memory once every row is routed.)
     const size_t rp_smem = route_plan_smem_bytes(int(rows), int(a.n_experts), int(a.top_k));
     cudaError_t e = cudaSuccess;
-    if (kMoeFused && rows <= kRoutePlanRows && rp_smem <= 48 * 1024) {
+    // Routed and planned in one launch: the down product's last blocks combine (its counters
+    // zeroed by that launch).
+    const bool one_launch = kMoeFused && rows <= kRoutePlanRows && rp_smem <= 48 * 1024;
+    auto* counters = reinterpret_cast<unsigned*>(ws + L.counters);
+    if (one_launch) {
       e = launch_pdl(moe_route_plan_kernel, dim3(1), dim3(unsigned(32 * rows)), rp_smem, s,
                      small_pdl(true), a.router + r0 * a.n_experts, int(rows), int(a.n_experts),
-                     int(a.top_k), a.norm_topk, ids, w, order, tiles, int(L.max_tiles));
+                     int(a.top_k), a.norm_topk, ids, w, order, tiles, int(L.max_tiles), counters,
+                     int(moe_combine_counters(a.E)));
     } else {
       e = moe_route(a.router + r0 * a.n_experts, rows, a.n_experts, a.top_k, a.norm_topk, ids, w,
                     s);
@@ -709,6 +719,12 @@ cudaError_t moe(const MoeKernelArgs& a, cudaStream_t s) {
       e = moe_matmul(a.x + r0 * a.E, a.top_k, a.gate, a.up, a.F, a.E, g, up, order, tiles,
                      L.max_tiles, s, a.kernel);
       if (e == cudaSuccess) e = swiglu(g, up, act, P * a.F, s);
+    }
+    if (e == cudaSuccess && one_launch && a.combine_fold) {
+      e = moe_matmul_combine(act, a.down, a.E, a.F, y, order, tiles, L.max_tiles, w, rows, a.top_k,
+                             counters, a.out + r0 * a.E, s, a.kernel);
+      if (e != cudaSuccess) return e;
+      continue;
     }
     if (e == cudaSuccess)
       e = moe_matmul(act, 1, a.down, nullptr, a.E, a.F, y, nullptr, order, tiles, L.max_tiles, s,

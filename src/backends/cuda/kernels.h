@@ -185,6 +185,7 @@ struct ScaledWeight {
   int64_t N = 0, K = 0;
   int64_t block = 0;  // FP8Blocks: B
   bool frag = false;  // NVFP4 only: codes and scales in the fragment layout (nvfp4_to_frag)
+  bool wg = false;    // NVFP4, FP8, FP8Rows: the wgmma layout (scaled_to_wg; data holds it)
 };
 enum class ScaledKernel : uint8_t {
   Auto,     // Fused when T <= 64 and matmul_scaled_fused_ok, else Dequant
@@ -231,6 +232,17 @@ FusedStages matmul_scaled_fused_stages(const ScaledWeight& w, int64_t T, int64_t
 size_t nvfp4_frag_code_bytes(int64_t N, int64_t K);
 size_t nvfp4_frag_scale_bytes(int64_t N, int64_t K);
 cudaError_t nvfp4_to_frag(const ScaledWeight& w, uint8_t* codes, uint8_t* scales, cudaStream_t s);
+// Scaled weights in the wgmma layout (matmul.cu; NVFP4: nvfp4_wg.h, FP8 per tensor or per row:
+// fp8_wg.h): 64-row blocks × 128-k stages, each one contiguous blob (NVFP4 4,608 bytes: codes
+// packed for a few-instruction decode and re-encoded group scales; FP8 8,192: the codes,
+// bit-permuted), for a decode kernel that puts the weights in wgmma's register A operand.
+// FP8's paths give the checkpoint layout's bits. NVFP4's compute matmul_bf16 over inner · 2^-7
+// times factor · 2^7: the checkpoint layout's bits unless a product x · inner falls below 2^-119;
+// its dequant_scaled writes inner · 2^-7. scaled_to_wg writes w (checkpoint layout, K % 128 ==
+// 0) into `blobs` (16-byte aligned, scaled_wg_bytes); the result is w with wg = true, data =
+// blobs (NVFP4: scales unused; FP8 per row: the row scales as before).
+size_t scaled_wg_bytes(ScaledFormat f, int64_t N, int64_t K);
+cudaError_t scaled_to_wg(const ScaledWeight& w, uint8_t* blobs, cudaStream_t s);
 // out[r, :] = the inner values of weight row row0 + r as bf16 (out [rows, K], 16-byte aligned).
 cudaError_t dequant_scaled(const ScaledWeight& w, int64_t row0, int64_t rows, bf16_bits* out,
                            cudaStream_t s);
@@ -272,11 +284,16 @@ struct AttnArgs {
   int64_t max_pos = -1;
   float* workspace = nullptr;  // Split only: attention_workspace_bytes(T, H, D, pos0 + T)
   size_t workspace_bytes = 0;
+  // Split only, optional: kAttnFoldCounters zeros. With them, a tensor-core split pass whose rows
+  // fit one 16-row tile per KV head (T · H / Hkv <= 16: decode) merges in its own last block of
+  // each KV head (a counter each, left at zero again) instead of a merge launch: the same bits.
+  unsigned* counters = nullptr;
   // An E4M3 cache instead of k/v (paged only): each block holds the codes [block_size, Hkv, D]
   // then the f32 scales [block_size, Hkv] (ops/backend.h AttentionArgs).
   const uint8_t* k8 = nullptr;
   const uint8_t* v8 = nullptr;
 };
+constexpr int64_t kAttnFoldCounters = 256;  // KV heads a folded split pass may have
 // Auto splits over the KV chunks only when fewer (row, head) warps than this would fill the chip
 // (the CUDA-core kernels; the tensor-core path counts its 16-row tiles).
 constexpr int64_t kAttnSplitMaxWarps = 2048;
@@ -353,7 +370,9 @@ cudaError_t gdn(const GdnKernelArgs& a, cudaStream_t s);
 //            every product is exactly matmul_bf16's chain for that expert's weight (the same
 //            bits as a T=1 matmul of the row), so a row never depends on the rows sharing its
 //            tile;
-//   combine: out[t] = Σ_k p_k · y_k in rank order (f32 mul, then add).
+//   combine: out[t] = Σ_k p_k · y_k in rank order (f32 mul, then add); for passes routed and
+//            planned in one launch, by the down product's last block of each column group
+//            (moe_matmul_combine), else by a launch of its own.
 // Passes of more than kMoeChunkRows rows run in chunks of that many rows (the workspace is
 // bounded; rows are independent, so the bits are the same).
 constexpr int64_t kMoeChunkRows = 1024, kMoeMaxExperts = 8192, kMoeMaxTopK = 64;
@@ -371,6 +390,9 @@ struct MoeKernelArgs {
   void* workspace = nullptr;  // moe_workspace_bytes(T, E, F, n_experts, top_k)
   size_t workspace_bytes = 0;
   MatmulKernel kernel = MatmulKernel::Auto;  // moe_matmul's tiling (tests, benchmarks)
+  // false: the combine by a launch of its own even where route and plan ran in one launch
+  // (A/B measurement; the same bits).
+  bool combine_fold = true;
 };
 size_t moe_workspace_bytes(int64_t T, int64_t E, int64_t F, int64_t n_experts, int64_t top_k);
 cudaError_t moe(const MoeKernelArgs& a, cudaStream_t s);
@@ -391,6 +413,19 @@ cudaError_t moe_matmul(const bf16_bits* x, int64_t row_div, const bf16_bits* con
                        const bf16_bits* const* w1, int64_t N, int64_t K, float* y0, float* y1,
                        const int32_t* order, const int32_t* tiles, int64_t max_tiles,
                        cudaStream_t s, MatmulKernel kernel = MatmulKernel::Auto);
+// moe's down product with its combine folded in (decode-sized passes): moe_matmul(x, 1, w,
+// nullptr, N, K, y, ...) (the same y), and out[t, c] = Σ_k weights[t·top_k + k] · y[t·top_k + k, c]
+// in rank order from 0 (f32 mul, then add: moe's combine, the same bits) for t < rows, written by
+// the last block of each column group to finish (the blocks count themselves in counters, which
+// must be zero at the launch (moe's route-and-plan launch zeroes them): moe_combine_counters(N).
+constexpr int64_t moe_combine_counters(int64_t N) {
+  return (N + 15) / 16;
+}
+cudaError_t moe_matmul_combine(const bf16_bits* x, const bf16_bits* const* w, int64_t N, int64_t K,
+                               float* y, const int32_t* order, const int32_t* tiles,
+                               int64_t max_tiles, const float* weights, int64_t rows, int64_t top_k,
+                               unsigned* counters, float* out, cudaStream_t s,
+                               MatmulKernel kernel = MatmulKernel::Auto);
 // act[p, :] = bf16(silu_mul(y_gate[p, :], y_up[p, :])) (swiglu's bits) for moe_matmul's y_gate,
 // y_up of w0 = gate, w1 = up, without writing them: one block runs both chains of its columns.
 cudaError_t moe_matmul_swiglu(const bf16_bits* x, int64_t row_div, const bf16_bits* const* gate,

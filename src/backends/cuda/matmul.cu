@@ -29,8 +29,10 @@
 #include <type_traits>
 
 #include "backends/cuda/device_util.cuh"
+#include "backends/cuda/fp8_wg.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/mma.cuh"
+#include "backends/cuda/nvfp4_wg.h"
 #include "backends/cuda/pdl.cuh"
 
 namespace basalt::cuda {
@@ -121,9 +123,6 @@ __device__ __forceinline__ float epi_factor(const Epi& e, int c) {
 // in segment order. each(f) calls f(row, col, value&) for the thread's elements. sync() is a
 // barrier over the threads that call this, and `leader` one of them (the block and thread 0, or
 // the TMA tiling's consumers).
-struct BlockSync {
-  __device__ void operator()() const { __syncthreads(); }
-};
 template <class Each, class Sync = BlockSync>
 __device__ __forceinline__ bool split_k_fold(Each each, float* part, int* counters, int T, int N,
                                              Sync sync = {}, bool leader = threadIdx.x == 0,
@@ -133,13 +132,9 @@ __device__ __forceinline__ bool split_k_fold(Each each, float* part, int* counte
   each([&](int r, int c, float& v) {
     if (r < T && c < N) p[size_t(r) * N + c] = v;
   });
-  __threadfence();
-  sync();
-  __shared__ int is_last;
-  if (leader) is_last = atomicAdd(&counters[tile], 1) == segs - 1;
-  sync();
-  if (!is_last) return false;
-  __threadfence();
+  if (!last_block_arrive(reinterpret_cast<unsigned*>(counters + tile), unsigned(segs), true, sync,
+                         leader))
+    return false;
   each([&](int r, int c, float& v) {
     if (r >= T || c >= N) return;
     const size_t o = size_t(r) * N + c;
@@ -148,7 +143,6 @@ __device__ __forceinline__ bool split_k_fold(Each each, float* part, int* counte
       sum = __fadd_rn(sum, __ldcg(part + size_t(z) * size_t(T) * N + o));
     v = sum;
   });
-  if (leader) counters[tile] = 0;  // ready for the next call
   return true;
 }
 
@@ -1230,6 +1224,32 @@ struct MoeCfg {
   static constexpr size_t kSmem = size_t(STAGES) * (kMoeBM + kWRows) * kLds * 2;
 };
 
+// The combine folded into the down product (moe_matmul_combine): counters null, none.
+struct MoeCombine {
+  const float* w = nullptr;  // [rows, top_k]
+  float* out = nullptr;      // [rows, N]
+  unsigned* counters = nullptr;
+  int rows = 0, top_k = 0;
+};
+// Each block of column group blockIdx.y calls this once its y columns are written (or at once, for
+// an unused tile); the last of the group's gridDim.x blocks to arrive writes out for its columns
+// [n0, n0 + BN) in the combine's order. The fences and the atomic are CUDA's last-block pattern
+// (threadFenceReduction); the other blocks' y is read through L2 (__ldcg).
+__device__ __forceinline__ void moe_combine_arrive(const MoeCombine& c, const float* y, int N,
+                                                   int n0, int BN) {
+  if (!last_block_arrive(c.counters + blockIdx.y, gridDim.x, false)) return;
+  const int cols = min(BN, N - n0);
+  for (int idx = int(threadIdx.x); idx < c.rows * cols; idx += int(blockDim.x)) {
+    const int t = idx / cols, i = n0 + idx % cols;
+    float acc = 0.0f;
+    for (int k = 0; k < c.top_k; ++k) {
+      const int p = t * c.top_k + k;
+      acc = __fadd_rn(acc, __fmul_rn(__ldcg(c.w + p), __ldcg(y + size_t(p) * N + i)));
+    }
+    c.out[size_t(t) * N + i] = acc;
+  }
+}
+
 template <int kMoeBK, int kMoeStages, bool SWIGLU, int kMoeBN>
 __global__ void __launch_bounds__(4 * kMoeBN)
     moe_matmul_kernel(const __nv_bfloat16* __restrict__ x, int row_div,
@@ -1237,7 +1257,7 @@ __global__ void __launch_bounds__(4 * kMoeBN)
                       const __nv_bfloat16* const* __restrict__ w1, float* __restrict__ y0,
                       float* __restrict__ y1, bf16_bits* __restrict__ act,
                       const int32_t* __restrict__ order, const int32_t* __restrict__ tiles,
-                      int max_tiles, int N, int K, int kSegTiles) {
+                      int max_tiles, int N, int K, int kSegTiles, MoeCombine comb) {
   // Its weights come from the plan, written by a kernel: nothing is read before pdl_wait().
   pdl_wait();
   pdl_trigger();
@@ -1251,7 +1271,11 @@ __global__ void __launch_bounds__(4 * kMoeBN)
 
   const int tile = blockIdx.x;
   const int rows = tiles[2 * max_tiles + tile];
-  if (rows <= 0) return;  // an unused tile (the grid is sized by T alone)
+  if (rows <= 0) {  // an unused tile (the grid is sized by T alone)
+    if constexpr (!SWIGLU)
+      if (comb.counters) moe_combine_arrive(comb, y0, N, int(blockIdx.y) * kMoeBN, kMoeBN);
+    return;
+  }
   const int expert = tiles[tile], first = tiles[max_tiles + tile];
   // Weight m of this block (SWIGLU: m = 0 gate, 1 up; else blockIdx.z picks w0 or w1).
   const __nv_bfloat16* __restrict__ wm[kMats];
@@ -1378,13 +1402,15 @@ __global__ void __launch_bounds__(4 * kMoeBN)
         y[o] = tot[0][e];
     }
   }
+  if constexpr (!SWIGLU)
+    if (comb.counters) moe_combine_arrive(comb, y0, N, n0, kMoeBN);
 }
 
 template <int BK, int STAGES, bool SWIGLU, int BN = kMoeBN>
 cudaError_t launch_moe(const bf16_bits* x, int64_t row_div, const bf16_bits* const* w0,
                        const bf16_bits* const* w1, int64_t N, int64_t K, float* y0, float* y1,
                        bf16_bits* act, const int32_t* order, const int32_t* tiles,
-                       int64_t max_tiles, cudaStream_t s) {
+                       int64_t max_tiles, cudaStream_t s, const MoeCombine& comb) {
   auto* kern = moe_matmul_kernel<BK, STAGES, SWIGLU, BN>;
   using Cfg = MoeCfg<BK, STAGES, SWIGLU, BN>;
   constexpr size_t smem = Cfg::kSmem;
@@ -1402,7 +1428,7 @@ cudaError_t launch_moe(const bf16_bits* x, int64_t row_div, const bf16_bits* con
                     reinterpret_cast<const __nv_bfloat16*>(x), int(row_div),
                     reinterpret_cast<const __nv_bfloat16* const*>(w0),
                     reinterpret_cast<const __nv_bfloat16* const*>(w1), y0, y1, act, order, tiles,
-                    int(max_tiles), int(N), int(K), seg_tiles);
+                    int(max_tiles), int(N), int(K), seg_tiles, comb);
 }
 
 // A tiling choice only: every variant gives the same bits (tests/gpu). Measured
@@ -1588,19 +1614,20 @@ template <bool SWIGLU>
 cudaError_t launch_moe_tiling(const bf16_bits* x, int64_t row_div, const bf16_bits* const* w0,
                               const bf16_bits* const* w1, int64_t N, int64_t K, float* y0,
                               float* y1, bf16_bits* act, const int32_t* order, const int32_t* tiles,
-                              int64_t max_tiles, cudaStream_t s, MatmulKernel kernel) {
+                              int64_t max_tiles, cudaStream_t s, MatmulKernel kernel,
+                              const MoeCombine& comb = {}) {
   if (max_tiles == 0) return cudaSuccess;
   constexpr int kDeepStages = SWIGLU ? 4 : 6;
   if (kernel == MatmulKernel::Rows16x32Deep)
     return launch_moe<256, kDeepStages, SWIGLU>(x, row_div, w0, w1, N, K, y0, y1, act, order, tiles,
-                                                max_tiles, s);
+                                                max_tiles, s, comb);
   // Fewer 32-column SwiGLU blocks than two an SM (decode): 16-column blocks, the load spread
   // evenly (the same chains: a block's width changes no element's).
   if (SWIGLU && max_tiles * ((N + kMoeBN - 1) / kMoeBN) < 2 * int64_t(sm_count()))
     return launch_moe<128, 4, SWIGLU, 16>(x, row_div, w0, w1, N, K, y0, y1, act, order, tiles,
-                                          max_tiles, s);
+                                          max_tiles, s, comb);
   return launch_moe<128, 4, SWIGLU>(x, row_div, w0, w1, N, K, y0, y1, act, order, tiles, max_tiles,
-                                    s);
+                                    s, comb);
 }
 }  // namespace
 
@@ -1612,6 +1639,21 @@ cudaError_t moe_matmul(const bf16_bits* x, int64_t row_div, const bf16_bits* con
     return cudaErrorInvalidValue;
   return launch_moe_tiling<false>(x, row_div, w0, w1, N, K, y0, y1, nullptr, order, tiles,
                                   max_tiles, s, kernel);
+}
+
+cudaError_t moe_matmul_combine(const bf16_bits* x, const bf16_bits* const* w, int64_t N, int64_t K,
+                               float* y, const int32_t* order, const int32_t* tiles,
+                               int64_t max_tiles, const float* weights, int64_t rows, int64_t top_k,
+                               unsigned* counters, float* out, cudaStream_t s,
+                               MatmulKernel kernel) {
+  if (!moe_matmul_args_ok(x, 1, N, K, max_tiles) || !w || !y || !weights || !counters || !out ||
+      rows <= 0 || top_k <= 0 || rows * top_k > 0x7fffffff || rows * N > 0x7fffffff)
+    return cudaErrorInvalidValue;
+  MoeCombine comb;
+  comb.w = weights, comb.out = out, comb.counters = counters;
+  comb.rows = int(rows), comb.top_k = int(top_k);
+  return launch_moe_tiling<false>(x, 1, w, nullptr, N, K, y, nullptr, nullptr, order, tiles,
+                                  max_tiles, s, kernel, comb);
 }
 
 cudaError_t moe_matmul_swiglu(const bf16_bits* x, int64_t row_div, const bf16_bits* const* gate,
@@ -2554,6 +2596,379 @@ cudaError_t launch_frag(const ScaledWeight& w, const bf16_bits* x, int T, float*
   return launch_frag_t<8>(a, segs, split, s);
 }
 
+// --- Scaled weights in the wgmma layout: the weights in wgmma's register A operand
+// --------------------
+//
+// NVFP4 layout (scaled_to_wg; K % 128 == 0; nvfp4_wg.h has the bits): weight rows in blocks of 64
+// (the last padded with zero codes), K in stages of 128 (eight k16 slices). Block b's stage j is
+// one blob of wg::kBlobBytes (4,608) at (b · K/128 + j) · 4,608:
+//   codes  [warp w 0..3][half h 0..1][lane 0..31][4 words]: word i holds slice 4h + i of lane
+//          (g = lane / 4, q = lane % 4) of the 16-row tile 16w..: its eight codes (rows 16w + g
+//          and + 8, k 16s + 2q, +1, +8, +9), packed as nvfp4_wg.h pack_word.
+//   scales [warp w][g 0..7][slice s 0..7][2]: the stored scale bytes (nvfp4_wg.h) of rows
+//          16w + g and 16w + g + 8, group 8j + s.
+// A negative group scale gives its sign to its codes ((−c)·|S| = c·S); a zero scale zeroes its
+// codes' magnitudes and keeps their signs (c · (±0)). So a stage is one contiguous copy, and a
+// warp reads its codes as two conflict-free 512-byte runs and its scales as one 16-byte load a
+// lane.
+//
+// The kernel (matmul_wg_kernel, T <= 64): RowsTMA's pipeline (one producer warp, one consumer
+// warpgroup, STAGES buffers) with the blob brought by one bulk copy and x by two TMA boxes of 64
+// k a stage. Each consumer lane turns its words into its wgmma A fragments (a pair: one to four
+// integer instructions, then one bf16x2 multiply by the group scale, nvfp4_wg.h) and the warpgroup
+// issues eight wgmma.m64nNTk16 with A from registers and x behind a descriptor; while one
+// stage's chain runs, the next stage is decoded into the other register set. The chain is
+// matmul_bf16's (the same k16 steps in order, the same segments and fold; bench/cuda/wgmma_probe
+// found wgmma with W as A bitwise equal to the mma.sync chain) over inner · 2^-7, times
+// factor · 2^7 (nvfp4_wg.h: the same bits as matmul_bf16(inner) · factor unless a product falls
+// below 2^-119). The dequant path (dequant_wg_kernel) writes inner · 2^-7 with the same
+// conversions, so prefill and decode agree bit for bit.
+//
+// FP8 (per tensor or per row; fp8_to_wg; fp8_wg.h has the bits) takes the same blocks, stages,
+// pipeline and chain. Its blob is the block's 8,192 codes of the stage:
+//   codes  [warp w][part p 0..3][lane][4 words]: words 2i and 2i + 1 of slice i = 2p, 2p + 1,
+//          each two A-fragment registers of lane (g, q) (rows 16w + g and + 8 at k 16i + 2q, +1;
+//          then at + 8, + 9), packed as fp8_wg.h pack_word,
+// one contiguous 512-byte run a warp and part. A pair comes out of its word with one to four
+// integer instructions and one bf16x2 multiply by 2^120: the E4M3 values themselves, so the
+// chain is matmul_bf16(inner) and the factor is the checkpoint layout's (the same bits always).
+template <SFmt F>
+constexpr int kWgBlob = F == SFmt::NVFP4 ? wg::kBlobBytes : wg8::kBlobBytes;
+template <SFmt F, int NT, int STAGES>
+struct WgDecCfg {
+  static constexpr int kBlob = kWgBlob<F>;
+  static constexpr int kXBox = NT * 128;     // one 64-k box of x: NT rows × 128 bytes
+  static constexpr int kXStage = 2 * kXBox;  // x of a stage
+  static constexpr int kStageBytes = kXStage + kBlob;
+  // x ring (1024-aligned boxes), then the blob ring, then the barriers.
+  static constexpr size_t kSmem = size_t(STAGES) * kStageBytes + 16 * STAGES + 1024;
+  static_assert(kXBox % 1024 == 0, "x boxes on whole swizzle atoms");
+};
+// FP8's blobs are twice NVFP4's: five stages keep three blocks of 8 or 16 rows an SM.
+template <SFmt F>
+constexpr int kWgStages = F == SFmt::NVFP4 ? 6 : 5;
+
+// Keeps a register's value where it is in the instruction order (CUTLASS's
+// warpgroup_fence_operand): wgmma operands are written before the fence that precedes them.
+__device__ __forceinline__ void reg_fence(uint32_t& r) {
+  asm volatile("" : "+r"(r)::"memory");
+}
+__device__ __forceinline__ void reg_fence(float& r) {
+  asm volatile("" : "+f"(r)::"memory");
+}
+
+// Slice i's A fragment of a lane from its code word and its scale word (bytes 2(i % 2) and
+// 2(i % 2) + 1: rows g and g + 8).
+__device__ __forceinline__ void wg_slice(uint32_t word, uint32_t sw, int i, uint32_t (&a)[4]) {
+  uint32_t pr[4];
+  wg::unpack_word(word, pr);
+  const uint32_t b = 2u * uint32_t(i & 1);
+  const uint32_t kBias2 = wg::kScaleBias * 0x10001u;
+  const uint32_t sg = prmt(sw, 0u, b | 0x40u | b << 8 | 0x4000u) * 16u + kBias2;  // (S_g, S_g)
+  const uint32_t sh = prmt(sw, 0u, (b + 1u) | 0x40u | (b + 1u) << 8 | 0x4000u) * 16u + kBias2;
+  a[0] = bf16x2_mul(pr[0], sg);
+  a[1] = bf16x2_mul(pr[1], sh);
+  a[2] = bf16x2_mul(pr[2], sg);
+  a[3] = bf16x2_mul(pr[3], sh);
+}
+// FP8: slice i's A fragment of a lane from its two words (fp8_wg.h), times 2^120.
+__device__ __forceinline__ void wg8_slice(uint32_t w0, uint32_t w1, uint32_t (&a)[4]) {
+  uint32_t pr[4];
+  wg8::unpack_word(w0, pr[0], pr[1]);
+  wg8::unpack_word(w1, pr[2], pr[3]);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) a[e] = bf16x2_mul(pr[e], wg8::kTwo120);
+}
+
+// One thread per (block, stage, warp, lane): its two 16-byte code runs; lanes with q = 0 also
+// the 16 scale bytes of rows g, g + 8.
+__global__ void __launch_bounds__(256)
+    nvfp4_to_wg_kernel(const uint8_t* __restrict__ q, const uint8_t* __restrict__ sc, int64_t N,
+                       int64_t K, int64_t items, uint8_t* __restrict__ out) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= items) return;
+  const int lane = int(idx % 32), w = int(idx / 32 % 4);
+  const int64_t bj = idx / 128, nst = K / wg::kStageK, b = bj / nst, j = bj % nst;
+  const int g = lane >> 2, qd = lane & 3;
+  const int64_t G = K / 16, r0 = 64 * b + 16 * w + g, r1 = r0 + 8;
+  auto sbyte = [&](int64_t r, int64_t grp) -> uint32_t { return r < N ? sc[r * G + grp] : 0u; };
+  auto cbyte = [&](int64_t r, int64_t grp, int i) -> uint32_t {  // byte i of the group's 8
+    if (r >= N) return 0u;
+    uint32_t v = q[r * (K / 2) + grp * 8 + i];
+    const uint32_t s = sbyte(r, grp);
+    if (s & 0x80u) v ^= 0x88u;
+    if ((s & 0x7fu) == 0) v &= 0x88u;
+    return v;
+  };
+  uint32_t words[8];
+#pragma unroll
+  for (int s = 0; s < 8; ++s) {
+    const int64_t grp = 8 * j + s;
+    const uint32_t bg = cbyte(r0, grp, qd), bh = cbyte(r1, grp, qd);
+    const uint32_t bg8 = cbyte(r0, grp, qd + 4), bh8 = cbyte(r1, grp, qd + 4);
+    const uint32_t c[8] = {bg & 15u,  bg >> 4,  bh & 15u,  bh >> 4,
+                           bg8 & 15u, bg8 >> 4, bh8 & 15u, bh8 >> 4};
+    words[s] = wg::pack_word(c);
+  }
+  uint8_t* const blob = out + bj * wg::kBlobBytes;
+  *reinterpret_cast<uint4*>(blob + w * 1024 + lane * 16) =
+      make_uint4(words[0], words[1], words[2], words[3]);
+  *reinterpret_cast<uint4*>(blob + w * 1024 + 512 + lane * 16) =
+      make_uint4(words[4], words[5], words[6], words[7]);
+  if (qd == 0) {
+    uint32_t sw[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {
+      const uint32_t m0 = sbyte(r0, 8 * j + s) & 0x7fu, m1 = sbyte(r1, 8 * j + s) & 0x7fu;
+      const uint32_t b0 = m0 ? wg::scale_code(m0) : 0u, b1 = m1 ? wg::scale_code(m1) : 0u;
+      sw[s / 2] |= (b0 | b1 << 8) << (16 * (s % 2));
+    }
+    *reinterpret_cast<uint4*>(blob + wg::kCodeBytes + w * 128 + g * 16) =
+        make_uint4(sw[0], sw[1], sw[2], sw[3]);
+  }
+}
+
+// FP8: one thread per (block, stage, warp, lane): its four 16-byte runs.
+__global__ void __launch_bounds__(256)
+    fp8_to_wg_kernel(const uint8_t* __restrict__ q, int64_t N, int64_t K, int64_t items,
+                     uint8_t* __restrict__ out) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= items) return;
+  const int lane = int(idx % 32), w = int(idx / 32 % 4);
+  const int64_t bj = idx / 128, nst = K / wg::kStageK, b = bj / nst, j = bj % nst;
+  const int g = lane >> 2, qd = lane & 3;
+  const int64_t r0 = 64 * b + 16 * w + g, r1 = r0 + 8;
+  auto code = [&](int64_t r, int64_t k) -> uint32_t { return r < N ? q[r * K + k] : 0u; };
+  uint32_t words[16];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int64_t k = wg::kStageK * j + 16 * i + 2 * qd;
+    const uint32_t c0[4] = {code(r0, k), code(r0, k + 1), code(r1, k), code(r1, k + 1)};
+    const uint32_t c1[4] = {code(r0, k + 8), code(r0, k + 9), code(r1, k + 8), code(r1, k + 9)};
+    words[2 * i] = wg8::pack_word(c0);
+    words[2 * i + 1] = wg8::pack_word(c1);
+  }
+  uint8_t* const blob = out + bj * wg8::kBlobBytes + w * 2048 + lane * 16;
+#pragma unroll
+  for (int p = 0; p < 4; ++p)
+    *reinterpret_cast<uint4*>(blob + p * 512) =
+        make_uint4(words[4 * p], words[4 * p + 1], words[4 * p + 2], words[4 * p + 3]);
+}
+
+// The A fragments of lane (warp wq) for a stage's eight slices, from its blob (shared or global
+// memory): NVFP4 two 16-byte code runs and its scale word, FP8 four code runs.
+template <SFmt F>
+__device__ __forceinline__ void wg_fragments(const unsigned char* blob, int wq, int lane,
+                                             uint32_t (&af)[8][4]) {
+  if constexpr (F == SFmt::NVFP4) {
+    const uint4 c0 = *reinterpret_cast<const uint4*>(blob + wq * 1024 + lane * 16);
+    const uint4 c1 = *reinterpret_cast<const uint4*>(blob + wq * 1024 + 512 + lane * 16);
+    const uint4 sc =
+        *reinterpret_cast<const uint4*>(blob + wg::kCodeBytes + wq * 128 + (lane >> 2) * 16);
+    const uint32_t cw[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+    const uint32_t sw[4] = {sc.x, sc.y, sc.z, sc.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) wg_slice(cw[i], sw[i / 2], i, af[i]);
+  } else {
+    uint32_t cw[16];
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      const uint4 v = *reinterpret_cast<const uint4*>(blob + wq * 2048 + p * 512 + lane * 16);
+      cw[4 * p] = v.x, cw[4 * p + 1] = v.y, cw[4 * p + 2] = v.z, cw[4 * p + 3] = v.w;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) wg8_slice(cw[2 * i], cw[2 * i + 1], af[i]);
+  }
+}
+
+// The layout's inner values (NVFP4: inner · 2^-7) of rows [row0, row0 + rows) as bf16 [rows, K]:
+// one thread per (block, stage, warp, lane) of the blocks those rows touch (b0 the first), its
+// eight slices (wg_fragments: the kernel's bits) stored as bf16 pairs.
+template <SFmt F>
+__global__ void __launch_bounds__(256)
+    dequant_wg_kernel(const uint8_t* __restrict__ blobs, int64_t K, int64_t b0, int64_t items,
+                      int64_t row0, int64_t rows, __nv_bfloat16* __restrict__ out) {
+  pdl_trigger();
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= items) return;
+  const int lane = int(idx % 32), w = int(idx / 32 % 4);
+  const int64_t nst = K / wg::kStageK, bj = idx / 128 + b0 * nst, b = bj / nst, j = bj % nst;
+  const int g = lane >> 2, qd = lane & 3;
+  uint32_t a[8][4];
+  wg_fragments<F>(blobs + bj * kWgBlob<F>, w, lane, a);
+  const int64_t ra = 64 * b + 16 * w + g - row0, rb = ra + 8;
+  const bool oka = ra >= 0 && ra < rows, okb = rb >= 0 && rb < rows;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int64_t k = wg::kStageK * j + 16 * i + 2 * qd;
+    if (oka) {
+      *reinterpret_cast<uint32_t*>(out + ra * K + k) = a[i][0];
+      *reinterpret_cast<uint32_t*>(out + ra * K + k + 8) = a[i][2];
+    }
+    if (okb) {
+      *reinterpret_cast<uint32_t*>(out + rb * K + k) = a[i][1];
+      *reinterpret_cast<uint32_t*>(out + rb * K + k + 8) = a[i][3];
+    }
+  }
+}
+
+template <SFmt F, int NT, int STAGES, bool FOLD>
+__global__ void __launch_bounds__(160, NT <= 16 ? 3 : 2)
+    matmul_wg_kernel(const __grid_constant__ CUtensorMap tx, const uint8_t* __restrict__ blobs,
+                     int T, int N, int K, int blocks, int segs, int seg_tiles,
+                     float* __restrict__ y, float* __restrict__ part, int* __restrict__ counters,
+                     Epi epi) {
+  using C = WgDecCfg<F, NT, STAGES>;
+  const int item = int(blockIdx.x), z = item / blocks, blk = item % blocks;
+  const bool split = part != nullptr;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const TmaSmem ts = tma_block_start<STAGES, C::kStageBytes>(smem_raw, 4);
+  const int tid = threadIdx.x;
+  const int nst = K / wg::kStageK;
+  const int kt0 = split ? z * seg_tiles : 0;
+  const int KT = split ? min(nst - kt0, seg_tiles) : nst;
+  const uint32_t xs = ts.sm_s, bs = ts.sm_s + uint32_t(STAGES * C::kXStage);
+  auto full = [&](int s) { return ts.bars + 8u * uint32_t(s); };
+  auto empty = [&](int s) { return ts.bars + 8u * uint32_t(STAGES + s); };
+  if (tid >= 128) {  // the producer warp
+    if (tid == 128) {
+      const uint8_t* src = blobs + (size_t(blk) * nst + kt0) * C::kBlob;
+      tma_prefetch_map(&tx);
+      const int pre = min(STAGES, KT);
+      for (int kt = 0; kt < pre; ++kt) {  // the weights before the previous kernel ends
+        mbar_arrive_expect_tx(full(kt), uint32_t(C::kStageBytes));
+        bulk_load(bs + uint32_t(kt * C::kBlob), src + size_t(kt) * C::kBlob, uint32_t(C::kBlob),
+                  full(kt));
+      }
+      pdl_wait();
+      for (int kt = 0; kt < pre; ++kt)
+        for (int h = 0; h < 2; ++h)
+          tma_load_2d(xs + uint32_t(kt * C::kXStage + h * C::kXBox), &tx,
+                      (kt0 + kt) * wg::kStageK + 64 * h, 0, full(kt));
+      for (int kt = pre; kt < KT; ++kt) {
+        const int s = kt % STAGES;
+        mbar_wait(empty(s), uint32_t((kt / STAGES) - 1) & 1u);
+        mbar_arrive_expect_tx(full(s), uint32_t(C::kStageBytes));
+        bulk_load(bs + uint32_t(s * C::kBlob), src + size_t(kt) * C::kBlob, uint32_t(C::kBlob),
+                  full(s));
+        for (int h = 0; h < 2; ++h)
+          tma_load_2d(xs + uint32_t(s * C::kXStage + h * C::kXBox), &tx,
+                      (kt0 + kt) * wg::kStageK + 64 * h, 0, full(s));
+      }
+    }
+    return;
+  }
+  pdl_wait();  // y may still be read by the previous kernel
+  const int lane = tid & 31, wq = tid >> 5;
+  float acc[NT / 2];
+  float tot[FOLD ? NT / 2 : 1];
+#pragma unroll
+  for (int i = 0; i < NT / 2; ++i) acc[i] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < (FOLD ? NT / 2 : 1); ++i) tot[i] = 0.0f;
+  const unsigned char* const bsm = ts.sm + STAGES * C::kXStage;
+  int seg_pos = 0;
+  bool first = true;
+  // Stage kt: decode, then its eight wgmma, then wait for them (segments as tma_consume). The
+  // chain is not left in flight across the next stage's decode: ptxas serialises wgmma whose
+  // register operands other instructions write while a group is pending (C7513), and the
+  // warpgroups of the SM's other blocks fill the wait.
+  uint32_t af[8][4];
+  for (int kt = 0; kt < KT; ++kt) {
+    const int s = kt % STAGES;
+    mbar_wait(full(s), uint32_t(kt / STAGES) & 1u);
+    wg_fragments<F>(bsm + s * C::kBlob, wq, lane, af);
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) reg_fence(af[i][e]);
+#pragma unroll
+    for (int i = 0; i < NT / 2; ++i) reg_fence(acc[i]);
+    const unsigned char* const xst = ts.sm + s * C::kXStage;
+    wgmma_fence();
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      wgmma_bf16_rs<NT>(acc, af[i], wgmma_desc_sw128(xst + (i / 4) * C::kXBox + (i % 4) * 32),
+                        seg_pos > 0 || i > 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < NT / 2; ++i) reg_fence(acc[i]);
+    if (lane == 0) mbar_arrive(empty(s));
+    ++seg_pos;
+    if constexpr (FOLD) {
+      if (seg_pos == seg_tiles || kt + 1 == KT) {
+#pragma unroll
+        for (int i = 0; i < NT / 2; ++i) tot[i] = first ? acc[i] : __fadd_rn(tot[i], acc[i]);
+        first = false;
+        seg_pos = 0;
+      }
+    }
+  }
+  float* res = FOLD ? tot : acc;
+  auto sync = [] { asm volatile("bar.sync 1, 128;\n" ::: "memory"); };
+  const int n0 = blk * wg::kBlockRows;
+  // res[4j + e]: weight row n0 + 16·wq + lane/4 (+ 8 for e >= 2), token 8j + 2·(lane % 4) (+ 1).
+  auto each = [&](auto f) {
+#pragma unroll
+    for (int j = 0; j < NT / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        f(8 * j + 2 * (lane & 3) + (e & 1), n0 + 16 * wq + (lane >> 2) + 8 * (e >> 1),
+          res[4 * j + e]);
+  };
+  if (!FOLD && split)
+    if (!split_k_fold(each, part, counters, T, N, sync, tid == 0, segs, z, blk)) return;
+  each([&](int t, int n, float& v) {
+    if (t < T && n < N) y[size_t(t) * N + n] = __fmul_rn(epi_factor(epi, n), v);
+  });
+}
+
+template <SFmt F, int NT>
+cudaError_t launch_wg_nt(const ScaledWeight& w, const bf16_bits* x, int T, float* y, const Epi& epi,
+                         int64_t kseg, cudaStream_t s, void* ws, size_t ws_bytes) {
+  constexpr int kStages = kWgStages<F>;
+  using C = WgDecCfg<F, NT, kStages>;
+  CUtensorMap tx;
+  if (!bf16_tile_map(&tx, x, T, w.K, NT)) return cudaErrorNotSupported;
+  const int blocks = int((w.N + wg::kBlockRows - 1) / wg::kBlockRows);
+  const auto [segs, seg_tiles] = seg_plan(w.K, kseg, wg::kStageK);
+  const bool split = segs > 1 && T <= kRowsSplitMaxT && blocks <= kMaxTiles && ws &&
+                     ws_bytes >= workspace_bytes_kseg(T, w.N, w.K, kseg);
+  const bool fold = segs > 1 && !split;
+  float* part =
+      split ? reinterpret_cast<float*>(static_cast<char*>(ws) + counter_bytes()) : nullptr;
+  constexpr auto kFold = matmul_wg_kernel<F, NT, kStages, true>;
+  constexpr auto kOne = matmul_wg_kernel<F, NT, kStages, false>;
+  if (const cudaError_t e = fold ? allow_smem<kFold>(C::kSmem) : allow_smem<kOne>(C::kSmem);
+      e != cudaSuccess)
+    return e;
+  const int items = blocks * (split ? segs : 1);
+  return launch_pdl(fold ? kFold : kOne, dim3(unsigned(items)), dim3(160), C::kSmem, s, true, tx,
+                    w.data, T, int(w.N), int(w.K), blocks, segs, seg_tiles, y, part,
+                    static_cast<int*>(ws), epi);
+}
+
+template <SFmt F>
+cudaError_t launch_wg_f(const ScaledWeight& w, const bf16_bits* x, int T, float* y, const Epi& epi,
+                        int64_t kseg, cudaStream_t s, void* ws, size_t ws_bytes) {
+  if (T <= 8) return launch_wg_nt<F, 8>(w, x, T, y, epi, kseg, s, ws, ws_bytes);
+  if (T <= 16) return launch_wg_nt<F, 16>(w, x, T, y, epi, kseg, s, ws, ws_bytes);
+  if (T <= 32) return launch_wg_nt<F, 32>(w, x, T, y, epi, kseg, s, ws, ws_bytes);
+  return launch_wg_nt<F, 64>(w, x, T, y, epi, kseg, s, ws, ws_bytes);
+}
+cudaError_t launch_wg(const ScaledWeight& w, const bf16_bits* x, int T, float* y, const Epi& epi,
+                      int64_t kseg, cudaStream_t s, void* ws, size_t ws_bytes) {
+  return w.format == ScaledFormat::NVFP4
+             ? launch_wg_f<SFmt::NVFP4>(w, x, T, y, epi, kseg, s, ws, ws_bytes)
+             : launch_wg_f<SFmt::FP8>(w, x, T, y, epi, kseg, s, ws, ws_bytes);
+}
+// The formats the wgmma layout takes (FP8 per tensor or per row: its factor is the epilogue's).
+bool wg_format(const ScaledWeight& w) {
+  return w.format == ScaledFormat::NVFP4 || w.format == ScaledFormat::FP8 ||
+         (w.format == ScaledFormat::FP8Rows && w.scales);
+}
+
 SFmt sfmt(ScaledFormat f) {
   return f == ScaledFormat::NVFP4       ? SFmt::NVFP4
          : f == ScaledFormat::FP8Blocks ? SFmt::FP8B
@@ -2563,6 +2978,7 @@ SFmt sfmt(ScaledFormat f) {
 bool scaled_args_ok(const ScaledWeight& w) {
   if (w.frag && w.format != ScaledFormat::NVFP4) return false;
   if (w.N <= 0 || w.K <= 0 || w.N > 0x7fffffff || w.K > 0x7fffffff || !w.data) return false;
+  if (w.wg) return wg_format(w) && !w.frag && w.K % wg::kStageK == 0;
   switch (w.format) {
     case ScaledFormat::NVFP4:
       return w.K % (w.frag ? 64 : 16) == 0 && w.scales;
@@ -2588,12 +3004,16 @@ FusedStages matmul_scaled_fused_stages(const ScaledWeight& w, int64_t T, int64_t
   kseg = resolve_kseg(w.N, w.K, kseg);
   if (T < 1 || T > 64 || w.K <= 0 || kseg <= 0 || config < -1 || config > 3) return {};
   if (w.frag) return {64, kFragDepth};  // one shape: the configs are all the same kernel
+  if (w.wg)
+    return {wg::kStageK,
+            w.format == ScaledFormat::NVFP4 ? kWgStages<SFmt::NVFP4> : kWgStages<SFmt::FP8>};
   return fused_stages(sfmt(w.format), int(T), w.K, kseg, config < 0 ? g_scaled_config : config);
 }
 
 bool matmul_scaled_fused_ok(const ScaledWeight& w) {
   if (!scaled_args_ok(w) || reinterpret_cast<uintptr_t>(w.data) % 16) return false;
   if ((w.N + kSBN - 1) / kSBN > 0x7fffffff) return false;
+  if (w.wg) return (w.N + wg::kBlockRows - 1) / wg::kBlockRows <= kMaxTiles;
   if (w.frag) return reinterpret_cast<uintptr_t>(w.scales) % 4 == 0;  // (K % 64 == 0: args_ok)
   switch (w.format) {
     case ScaledFormat::NVFP4:
@@ -2614,9 +3034,21 @@ cudaError_t dequant_scaled(const ScaledWeight& w, int64_t row0, int64_t rows, bf
                            cudaStream_t s) {
   if (!scaled_args_ok(w) || row0 < 0 || rows < 0 || row0 + rows > w.N ||
       reinterpret_cast<uintptr_t>(out) % 16 ||
-      reinterpret_cast<uintptr_t>(w.data) % (w.format == ScaledFormat::NVFP4 ? 4 : 8))
+      reinterpret_cast<uintptr_t>(w.data) % (w.wg                              ? 16
+                                             : w.format == ScaledFormat::NVFP4 ? 4
+                                                                               : 8))
     return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
+  if (w.wg) {  // the blocks the rows touch, all their stages (NVFP4: inner · 2^-7, nvfp4_wg.h)
+    const int64_t b0 = row0 / wg::kBlockRows,
+                  b1 = (row0 + rows + wg::kBlockRows - 1) / wg::kBlockRows;
+    const int64_t items = (b1 - b0) * (w.K / wg::kStageK) * 128;  // threads
+    auto* o = reinterpret_cast<__nv_bfloat16*>(out);
+    const auto kernel = w.format == ScaledFormat::NVFP4 ? dequant_wg_kernel<SFmt::NVFP4>
+                                                        : dequant_wg_kernel<SFmt::FP8>;
+    kernel<<<unsigned((items + 255) / 256), 256, 0, s>>>(w.data, w.K, b0, items, row0, rows, o);
+    return cudaGetLastError();
+  }
   if (w.frag) {  // the tiles the rows touch, all their chunks
     const int64_t t0 = row0 / 16, t1 = (row0 + rows + 15) / 16;
     const int64_t items = (t1 - t0) * (w.K / 64);  // warps
@@ -2655,8 +3087,11 @@ cudaError_t matmul_scaled(const bf16_bits* x, int64_t T, const ScaledWeight& w, 
   if (kernel == ScaledKernel::Fused && !fused_ok) return cudaErrorInvalidValue;
   Epi epi;
   epi.rows = w.format == ScaledFormat::FP8Rows ? static_cast<const float*>(w.scales) : nullptr;
-  epi.scale = w.scale;
+  epi.scale = w.wg && w.format == ScaledFormat::NVFP4 ? w.scale * float(1 << wg::kInnerShift)
+                                                      : w.scale;  // (nvfp4_wg.h)
   epi.on = 1;
+  if (kernel == ScaledKernel::Fused && w.wg)
+    return launch_wg(w, x, int(T), y, epi, kseg, s, workspace, workspace_bytes);
   if (kernel == ScaledKernel::Fused && w.frag)
     return launch_frag(w, x, int(T), y, epi, kseg, s, workspace, workspace_bytes);
   if (kernel == ScaledKernel::Fused) {
@@ -2690,6 +3125,23 @@ cudaError_t matmul_scaled(const bf16_bits* x, int64_t T, const ScaledWeight& w, 
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
+}
+
+size_t scaled_wg_bytes(ScaledFormat f, int64_t N, int64_t K) {
+  return size_t((N + wg::kBlockRows - 1) / wg::kBlockRows) * size_t(K / wg::kStageK) *
+         size_t(f == ScaledFormat::NVFP4 ? wg::kBlobBytes : wg8::kBlobBytes);
+}
+cudaError_t scaled_to_wg(const ScaledWeight& w, uint8_t* blobs, cudaStream_t s) {
+  if (!wg_format(w) || w.frag || w.wg || !scaled_args_ok(w) || w.K % wg::kStageK || !blobs ||
+      reinterpret_cast<uintptr_t>(blobs) % 16)
+    return cudaErrorInvalidValue;
+  const int64_t items = (w.N + wg::kBlockRows - 1) / wg::kBlockRows * (w.K / wg::kStageK) * 128;
+  if (w.format == ScaledFormat::NVFP4)
+    nvfp4_to_wg_kernel<<<unsigned((items + 255) / 256), 256, 0, s>>>(
+        w.data, static_cast<const uint8_t*>(w.scales), w.N, w.K, items, blobs);
+  else
+    fp8_to_wg_kernel<<<unsigned((items + 255) / 256), 256, 0, s>>>(w.data, w.N, w.K, items, blobs);
+  return cudaGetLastError();
 }
 
 size_t nvfp4_frag_code_bytes(int64_t N, int64_t K) {
