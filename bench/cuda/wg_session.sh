@@ -73,7 +73,7 @@ for q in $QS; do
   var=BASALT_CUDA_NVFP4_WG
   [ $q = fp8 ] && var=BASALT_CUDA_FP8_WG
   for v in 0 1; do
-    env $var=$v timeout 200 $B/basalt bench -m $M --device cuda -p 512 -n 64 -r 2 \
+    env $var=$v timeout 200 $B/basalt bench -m $M --device cuda -p 512 -n 64 -r 3 \
       > "$OUT/bench_${q}_wg$v.txt" 2>&1
     echo "== $q $var=$v rc=$?"
     grep -v "^\[" "$OUT/bench_${q}_wg$v.txt" | tail -n 3

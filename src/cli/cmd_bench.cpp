@@ -367,7 +367,9 @@ Runner add_bench(CLI::App& app) {
   sc->add_option("-p,--prompt-tokens", a->prompts, "Prompt lengths, e.g. -p 128,512")
       ->delimiter(',');
   sc->add_option("-n,--decode-tokens", a->n, "Decode steps per run");
-  sc->add_option("-r,--repeats", a->repeats, "Runs per configuration (median reported)")
+  sc->add_option("-r,--repeats", a->repeats,
+                 "Runs per configuration (median reported; the first run after loading pays "
+                 "one-time costs, so 1 or 2 runs report them: use 3 or more)")
       ->check(CLI::Range(1, 1000));
   sc->add_option("-t,--threads", a->threads, "CPU threads (default: all)");
   add_device_option(sc, a->dev);
