@@ -105,6 +105,8 @@ int run_bench(const BenchArgs& a) {
     int64_t P;
     double pre_s, dec_s;           // per sequence (prefill), per step (decode) × n
     std::vector<double> verify_s;  // median per --verify-rows entry
+    std::vector<double> pre_each, dec_each;  // every run's, in order (the first pays one-time
+                                             // costs: the median of 1 or 2 runs carries them)
   };
   const int64_t max_rows =
       a.verify_rows.empty() ? 0 : *std::max_element(a.verify_rows.begin(), a.verify_rows.end());
@@ -143,7 +145,7 @@ int run_bench(const BenchArgs& a) {
         dec.push_back(st.decode_s);
         spec = st;
       }
-      rows.push_back({P, median(pre), median(dec), {}});
+      rows.push_back({P, median(pre), median(dec), {}, pre, dec});
       continue;
     }
     if (B > 1) {
@@ -187,7 +189,7 @@ int run_bench(const BenchArgs& a) {
         dec.push_back(now_s() - t0);
         for (KvSequence& s : seqs) pool->release(s);
       }
-      rows.push_back({P, median(pre), median(dec), {}});
+      rows.push_back({P, median(pre), median(dec), {}, pre, dec});
       continue;
     }
     // One cache for the repeats, as llama-bench keeps its context: the first repeat touches
@@ -229,7 +231,7 @@ int run_bench(const BenchArgs& a) {
         }
       pool->release(seq);
     }
-    Row row{P, median(pre), median(dec), {}};
+    Row row{P, median(pre), median(dec), {}, pre, dec};
     for (auto& v : ver) row.verify_s.push_back(median(v));
     rows.push_back(row);
   }
@@ -303,6 +305,11 @@ int run_bench(const BenchArgs& a) {
                           {"scratch_lower_bound_bytes", plan.lower_bound},
                           {"scratch_naive_bytes", plan.naive_sum},
                           {"repeats", a.repeats}};
+      for (size_t r = 0; r < row.pre_each.size(); ++r) {
+        j["ttft_ms_each"].push_back(row.pre_each[r] * 1e3);
+        j["decode_tok_s_each"].push_back(
+            a.n > 0 && row.dec_each[r] > 0 ? double(B * a.n) / row.dec_each[r] : 0.0);
+      }
       if (!a.spec.empty()) {
         j["spec"] = a.spec;
         j["spec_verifications"] = spec.verify_passes;

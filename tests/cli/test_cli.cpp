@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -337,6 +338,15 @@ TEST(Cli, GenerateWithNgramSpeculationPrintsThePlainText) {
   const auto j1 = nlohmann::json::parse(b1.out.substr(b1.out.find('{')));
   EXPECT_EQ(j1["batch"].get<int64_t>(), 1);
   EXPECT_LT(jb["bytes_per_token"].get<double>(), j1["bytes_per_token"].get<double>());
+  // Every run's figures beside the medians (the first run pays one-time costs).
+  Result b3 = run("bench --device cpu -p 16 -n 8 -r 3 --json");
+  ASSERT_EQ(b3.code, 0) << b3.err;
+  const auto j3 = nlohmann::json::parse(b3.out.substr(b3.out.find('{')));
+  auto ttfts = j3["ttft_ms_each"].get<std::vector<double>>();
+  ASSERT_EQ(ttfts.size(), 3u);
+  EXPECT_EQ(j3["decode_tok_s_each"].size(), 3u);
+  std::sort(ttfts.begin(), ttfts.end());
+  EXPECT_DOUBLE_EQ(ttfts[1], j3["ttft_ms"].get<double>());
   EXPECT_NE(run("bench --device cpu -p 8 -n 8 -r 1 --batch 2 --spec ngram").code, 0);
   Result not_a_model =
       run("bench --device cpu -p 8 -n 8 -r 1 -m " + quote(golden + "dspark_qwen3"));
