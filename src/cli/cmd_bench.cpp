@@ -103,10 +103,10 @@ int run_bench(const BenchArgs& a) {
   const ModelConfig& c = model->config();
   struct Row {
     int64_t P;
-    double pre_s, dec_s;           // per sequence (prefill), per step (decode) × n
+    // Every run's times, in order: per sequence (prefill), per step (decode) × n. The medians
+    // are reported; the first run pays one-time costs, which the median of 1 or 2 runs carries.
+    std::vector<double> pre, dec;
     std::vector<double> verify_s;  // median per --verify-rows entry
-    std::vector<double> pre_each, dec_each;  // every run's, in order (the first pays one-time
-                                             // costs: the median of 1 or 2 runs carries them)
   };
   const int64_t max_rows =
       a.verify_rows.empty() ? 0 : *std::max_element(a.verify_rows.begin(), a.verify_rows.end());
@@ -145,7 +145,7 @@ int run_bench(const BenchArgs& a) {
         dec.push_back(st.decode_s);
         spec = st;
       }
-      rows.push_back({P, median(pre), median(dec), {}, pre, dec});
+      rows.push_back({P, pre, dec, {}});
       continue;
     }
     if (B > 1) {
@@ -189,7 +189,7 @@ int run_bench(const BenchArgs& a) {
         dec.push_back(now_s() - t0);
         for (KvSequence& s : seqs) pool->release(s);
       }
-      rows.push_back({P, median(pre), median(dec), {}, pre, dec});
+      rows.push_back({P, pre, dec, {}});
       continue;
     }
     // One cache for the repeats, as llama-bench keeps its context: the first repeat touches
@@ -231,7 +231,7 @@ int run_bench(const BenchArgs& a) {
         }
       pool->release(seq);
     }
-    Row row{P, median(pre), median(dec), {}, pre, dec};
+    Row row{P, pre, dec, {}};
     for (auto& v : ver) row.verify_s.push_back(median(v));
     rows.push_back(row);
   }
@@ -263,8 +263,10 @@ int run_bench(const BenchArgs& a) {
                 "ttft ms", "of mm", "decode tok/s", "MB/token", "of bw");
   for (const Row& row : rows) {
     const int64_t P = row.P;
-    const double pre_s = row.pre_s, dec_s = row.dec_s;
-    const double pre_tps = double(P) / pre_s, dec_tps = a.n > 0 ? double(B * a.n) / dec_s : 0.0;
+    const double pre_s = median(row.pre), dec_s = median(row.dec);
+    // Output tokens a second of decode runs taking s.
+    auto decode_rate = [&](double s) { return a.n > 0 ? double(B * a.n) / s : 0.0; };
+    const double pre_tps = double(P) / pre_s, dec_tps = decode_rate(dec_s);
     // Decode reads the weights and the KV at the mean context of the decode steps; a step of B
     // sequences reads the weights once and B histories (bytes below: a step's, per token).
     const size_t kv_row = be->kv_row_bytes(model->config().head_dim);
@@ -305,10 +307,9 @@ int run_bench(const BenchArgs& a) {
                           {"scratch_lower_bound_bytes", plan.lower_bound},
                           {"scratch_naive_bytes", plan.naive_sum},
                           {"repeats", a.repeats}};
-      for (size_t r = 0; r < row.pre_each.size(); ++r) {
-        j["ttft_ms_each"].push_back(row.pre_each[r] * 1e3);
-        j["decode_tok_s_each"].push_back(
-            a.n > 0 && row.dec_each[r] > 0 ? double(B * a.n) / row.dec_each[r] : 0.0);
+      for (size_t r = 0; r < row.pre.size(); ++r) {
+        j["ttft_ms_each"].push_back(row.pre[r] * 1e3);
+        j["decode_tok_s_each"].push_back(decode_rate(row.dec[r]));
       }
       if (!a.spec.empty()) {
         j["spec"] = a.spec;
