@@ -2,6 +2,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -31,6 +32,7 @@ struct ServeArgs {
   float spec_min_confidence = 0.0f;
   bool spec_adaptive = false;
   int threads = 0;
+  bool warmup = true;
 };
 
 // The directory's (or file's) base name; "basalt-default" for the embedded model.
@@ -88,6 +90,30 @@ int run_serve(ServeArgs a) {
   cfg.spec_adaptive = a.spec_adaptive;
   if (a.spec_adaptive && a.spec.empty()) fail("[serve] --spec-adaptive needs --spec");
   Engine engine(*model, *be, cfg);
+
+  // A start-up request that no client sent, as llama-server's warmup (--no-warmup skips it): a
+  // process's first passes pay one-time costs (on CUDA: lazy kernel loading, the scratch and
+  // workspace allocations, the recording of decode graphs) that would otherwise land on the first
+  // client's time to first token. A prompt of 96 tokens (a prefill pass of more than 64 rows, the
+  // prefill kernels) and 2 decode steps; the engine's counters are zeroed after it, so /metrics
+  // counts clients' requests only.
+  if (a.warmup) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t n = std::min<int64_t>(96, engine.max_context() - 3);
+    const int64_t V = model->config().vocab;
+    if (n >= 1 && V > 0) {
+      EngineRequest w;
+      for (int64_t i = 0; i < n; ++i) w.prompt.push_back(int32_t((7 * i + 3) % V));
+      w.max_new_tokens = 2;
+      w.ignore_eos = true;
+      const size_t got = engine.run(std::move(w)).size();
+      engine.reset_counters();
+      std::fprintf(
+          stderr, "basalt serve: warmup (%lld-token prompt, %zu tokens) in %.0f ms\n", (long long)n,
+          got,
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+  }
 
   server::ServerContext ctx(engine, *tok, a.opt);
   ctx.end_of_turn_ids = end_of_turn_ids(*tok);
@@ -157,6 +183,9 @@ Runner add_serve(CLI::App& app) {
   sc->add_option("--http-threads", a->opt.http_threads,
                  "HTTP worker threads, one per open connection (default 256)")
       ->check(CLI::Range(1, 4096));
+  sc->add_flag("!--no-warmup", a->warmup,
+               "Skip the start-up request (a 96-token prompt and 2 tokens) that pays the first "
+               "pass's one-time costs before clients come");
   sc->add_flag("--enable-test-hooks", a->opt.test_hooks,
                "Honour the test-only request field basalt_forced_output (never in production)");
   return [a] { return run_serve(*a); };

@@ -127,6 +127,36 @@ EngineStats Engine::stats() const {
   return stats_;
 }
 
+void Engine::reset_counters() {
+  std::lock_guard<std::mutex> lk(mu_);
+  EngineStats z;
+  z.queued = stats_.queued, z.running = stats_.running;
+  z.kv_blocks_used = stats_.kv_blocks_used, z.kv_blocks_total = stats_.kv_blocks_total;
+  stats_ = z;
+}
+
+std::vector<int32_t> Engine::run(EngineRequest req) {
+  std::mutex m;
+  std::condition_variable done_cv;
+  bool done = false;
+  std::vector<int32_t> out;
+  std::string error;
+  submit(std::move(req), [&](const TokenEvent& e) {
+    std::lock_guard<std::mutex> lk(m);
+    if (e.token >= 0) out.push_back(e.token);
+    if (e.finished) {
+      if (e.finish_reason == "error" || e.finish_reason == "cancelled")
+        error = e.error.empty() ? e.finish_reason : e.error;
+      done = true;
+      done_cv.notify_all();
+    }
+  });
+  std::unique_lock<std::mutex> lk(m);
+  done_cv.wait(lk, [&] { return done; });
+  if (!error.empty()) fail("[engine] request failed: {}", error);
+  return out;
+}
+
 // A sequence's own drafter starts with its first pass (an MTP drafter reads every pass).
 void Engine::ensure_drafter(Seq& s) {
   if (!draft_model_ || s.drafter) return;

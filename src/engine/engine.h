@@ -99,6 +99,13 @@ class Engine {
   uint64_t submit(EngineRequest req, Callback cb);
   void cancel(uint64_t id);  // thread-safe; the request ends with finish_reason "cancelled"
   EngineStats stats() const;
+  // Zeroes the cumulative counters (requests, tokens, prefix-cache hits, preemptions, steps and
+  // their time, speculative decoding's); the gauges (queued, running, KV blocks) stay. For a
+  // server's start-up warmup request, which no client sent.
+  void reset_counters();
+  // Thread-safe: runs one request to its end and returns its tokens; throws basalt::Error where
+  // it cannot run or ends with an error (or is cancelled).
+  std::vector<int32_t> run(EngineRequest req);
   const Model& model() const { return model_; }
   int64_t max_context() const { return max_context_; }
 

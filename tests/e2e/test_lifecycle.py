@@ -270,3 +270,21 @@ def test_second_server_on_a_port_in_use_is_refused(server):
     for _ in range(8):  # every connection reaches the first server
         assert httpx.get(server.url + "/health", timeout=10).status_code == 200
     assert server.alive()
+
+
+def test_warmup_before_clients_and_not_counted():
+    """The start-up request (--no-warmup skips it) runs before the server listens, and /metrics
+    counts none of it."""
+    s = Server()
+    try:
+        assert re.search(r"warmup \(96-token prompt, 2 tokens\) in \d+ ms", s.log()), s.log()
+        m = s.metrics()
+        assert m["basalt_engine_requests_total"] == 0
+        assert m["basalt_prefix_cache_hit_tokens_total"] == 0
+    finally:
+        s.stop()
+    s = Server("--no-warmup")
+    try:
+        assert "warmup" not in s.log()
+    finally:
+        s.stop()

@@ -180,6 +180,42 @@ TEST(Engine, PrefixCacheHitsOnARepeatedPrompt) {
   EXPECT_EQ(engine.stats().prefix_cache_hit_tokens, 64);
 }
 
+// Engine::run (a server's start-up warmup) gives the tokens a submitted request gets, and
+// reset_counters zeroes the cumulative counters it left while the pool's gauge stays.
+TEST(Engine, RunThenResetCounters) {
+  auto model = model_load(test::source_dir() + "/tests/golden/qwen3_tied");
+  auto be = cpu::make_cpu_backend(2);
+  EngineConfig cfg;
+  cfg.block_size = 8;
+  Engine engine(*model, *be, cfg);
+  EngineRequest r;
+  r.prompt = prompt_of(2, 30, model->config().vocab);
+  r.max_new_tokens = 6;
+  r.ignore_eos = true;
+  const std::vector<int32_t> got = engine.run(r);
+  Collected a;
+  engine.submit(r, collect(a));
+  wait(a);
+  EXPECT_EQ(got.size(), 6u);
+  EXPECT_EQ(got, a.tokens);
+  EngineStats st = engine.stats();
+  EXPECT_EQ(st.requests_total, 2);
+  EXPECT_EQ(st.completion_tokens_total, 12);
+  EXPECT_GT(st.prefix_cache_hit_tokens, 0);
+  EXPECT_GT(st.steps, 0);
+  engine.reset_counters();
+  st = engine.stats();
+  EXPECT_EQ(st.requests_total, 0);
+  EXPECT_EQ(st.prompt_tokens_total, 0);
+  EXPECT_EQ(st.completion_tokens_total, 0);
+  EXPECT_EQ(st.prefix_cache_hit_tokens, 0);
+  EXPECT_EQ(st.steps, 0);
+  EXPECT_EQ(st.step_seconds, 0.0);
+  EXPECT_GT(st.kv_blocks_total, 0);
+  EngineRequest empty;
+  test::expect_error([&] { engine.run(empty); }, "prompt is empty");
+}
+
 // A growing conversation: each turn's prompt is the previous prompt, the reply and a new
 // user message. Dense models reuse every whole block; hybrid models (recurrent state) reuse up
 // to the last block boundary whose state was kept, which decode steps refresh, so the whole
