@@ -99,13 +99,14 @@ int run_serve(ServeArgs a) {
   // counts clients' requests only.
   if (a.warmup) {
     const auto t0 = std::chrono::steady_clock::now();
-    const int64_t n = std::min<int64_t>(96, engine.max_context() - 3);
+    EngineRequest w;
+    w.max_new_tokens = 2;
+    w.ignore_eos = true;
+    // 96 prompt tokens, fewer where the context cannot also hold the new ones.
+    const int64_t n = std::min<int64_t>(96, engine.max_context() - w.max_new_tokens - 1);
     const int64_t V = model->config().vocab;
     if (n >= 1 && V > 0) {
-      EngineRequest w;
       for (int64_t i = 0; i < n; ++i) w.prompt.push_back(int32_t((7 * i + 3) % V));
-      w.max_new_tokens = 2;
-      w.ignore_eos = true;
       const size_t got = engine.run(std::move(w)).size();
       engine.reset_counters();
       std::fprintf(

@@ -4,6 +4,7 @@
 
 #include <condition_variable>
 #include <cstdio>
+#include <memory>
 #include <mutex>
 
 #include "backends/cpu/cpu_backend.h"
@@ -157,16 +158,33 @@ INSTANTIATE_TEST_SUITE_P(Golden, EngineModels,
                          ::testing::Values("qwen3_untied_f16", "qwen3_moe", "qwen3_5", "qwen3_next",
                                            "qwen3_5_mtp", "qwen3_5_moe_mtp"));
 
-TEST(Engine, PrefixCacheHitsOnARepeatedPrompt) {
-  auto model = model_load(test::source_dir() + "/tests/golden/qwen3_tied");
-  auto be = cpu::make_cpu_backend(2);
-  EngineConfig cfg;
-  cfg.block_size = 8;
-  Engine engine(*model, *be, cfg);
-  EngineRequest r;
-  r.prompt = prompt_of(1, 70, model->config().vocab);
-  r.max_new_tokens = 10;
-  r.ignore_eos = true;
+// The qwen3_tied model's engine with 8-position KV blocks, and its greedy requests.
+class TiedEngine : public ::testing::Test {
+ protected:
+  TiedEngine()
+      : model(model_load(test::source_dir() + "/tests/golden/qwen3_tied")),
+        be(cpu::make_cpu_backend(2)),
+        engine(*model, *be, config()) {}
+  static EngineConfig config() {
+    EngineConfig cfg;
+    cfg.block_size = 8;
+    return cfg;
+  }
+  // prompt_of(i, len) and max_new tokens, EOS ignored.
+  EngineRequest request(int i, int len, int64_t max_new) const {
+    EngineRequest r;
+    r.prompt = prompt_of(i, len, model->config().vocab);
+    r.max_new_tokens = max_new;
+    r.ignore_eos = true;
+    return r;
+  }
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Backend> be;
+  Engine engine;
+};
+
+TEST_F(TiedEngine, PrefixCacheHitsOnARepeatedPrompt) {
+  EngineRequest r = request(1, 70, 10);
   r.logprobs = true;
   Collected a, b;
   engine.submit(r, collect(a));
@@ -182,16 +200,8 @@ TEST(Engine, PrefixCacheHitsOnARepeatedPrompt) {
 
 // Engine::run (a server's start-up warmup) gives the tokens a submitted request gets, and
 // reset_counters zeroes the cumulative counters it left while the pool's gauge stays.
-TEST(Engine, RunThenResetCounters) {
-  auto model = model_load(test::source_dir() + "/tests/golden/qwen3_tied");
-  auto be = cpu::make_cpu_backend(2);
-  EngineConfig cfg;
-  cfg.block_size = 8;
-  Engine engine(*model, *be, cfg);
-  EngineRequest r;
-  r.prompt = prompt_of(2, 30, model->config().vocab);
-  r.max_new_tokens = 6;
-  r.ignore_eos = true;
+TEST_F(TiedEngine, RunThenResetCounters) {
+  const EngineRequest r = request(2, 30, 6);
   const std::vector<int32_t> got = engine.run(r);
   Collected a;
   engine.submit(r, collect(a));
