@@ -564,6 +564,113 @@ struct DevScaled {
   }
 };
 
+// A scaled weight in the wgmma layout on the device (scaled_to_wg of d's).
+struct DevScaledWg {
+  DevScaled d;
+  std::unique_ptr<Dev<uint8_t>> blobs;
+  bc::ScaledWeight w;
+  explicit DevScaledWg(const HostScaled& h) : d(h) {
+    blobs = std::make_unique<Dev<uint8_t>>(bc::scaled_wg_bytes(h.fmt, h.N, h.K));
+    CK(bc::scaled_to_wg(d.w, blobs->p, nullptr));
+    w = d.w;
+    w.wg = true, w.data = blobs->p;
+    if (h.fmt == bc::ScaledFormat::NVFP4) w.scales = nullptr;
+  }
+};
+
+// The wgmma layout's one-launch forms against matmul_scaled per weight (the wgmma-layout kernel
+// and, past 64 rows, its dequant path's bits are not involved): matmul_scaled_group over n
+// weights (q / k / v shapes, FP8 per tensor and per row mixed), and matmul_scaled_swiglu ==
+// swiglu(matmul_scaled(gate), matmul_scaled(up)), bitwise, with the rule's segments and
+// recipe-style ones, with and without the split-K workspace, at each decode width; refusals.
+void test_matmul_scaled_group(std::vector<bc::ScaledFormat> fmts, std::vector<int64_t> Ns,
+                              int64_t K) {
+  const int n = int(Ns.size());
+  const int64_t Tmax = 64;
+  std::deque<DevScaledWg> dw;
+  std::deque<Dev<float>> dy, dref;
+  std::vector<bc::ScaledWeight> sw;
+  std::string shape = " K=" + std::to_string(K) + " N=";
+  for (int i = 0; i < n; ++i) {
+    dw.emplace_back(make_scaled(fmts[size_t(i)], Ns[size_t(i)], K));
+    sw.push_back(dw.back().w);
+    dy.emplace_back(Tmax * Ns[size_t(i)]);
+    dref.emplace_back(Tmax * Ns[size_t(i)]);
+    shape += std::string(sf_name(fmts[size_t(i)])) + ":" + std::to_string(Ns[size_t(i)]) + ",";
+  }
+  auto x = rand_bf16(size_t(Tmax * K));
+  Dev<uint16_t> dx(x.size());
+  dx.up(x);
+  float* yp[3];
+  for (int i = 0; i < n; ++i) yp[i] = dy[size_t(i)].p;
+  for (const int64_t ks : {int64_t(0), int64_t(512)}) {
+    std::vector<int64_t> kseg(size_t(n), ks);
+    const size_t wsb = bc::matmul_scaled_group_workspace_bytes(Tmax, n, sw.data(), kseg.data());
+    Dev<uint8_t> ws(wsb);
+    CK(cudaMemset(ws.p, 0, wsb));
+    for (bool use_ws : {false, true})
+      for (int64_t T : {1, 5, 8, 9, 16, 17, 40, 64}) {
+        bool bits = true;
+        for (int i = 0; i < n; ++i) {
+          dy[size_t(i)].poison();
+          CK(bc::matmul_scaled(dx.p, T, sw[size_t(i)], dref[size_t(i)].p, nullptr,
+                               bc::ScaledKernel::Fused, nullptr, 0, nullptr, 0, ks));
+        }
+        CK(bc::matmul_scaled_group(dx.p, T, n, sw.data(), yp, kseg.data(), nullptr,
+                                   use_ws ? ws.p : nullptr, use_ws ? wsb : 0));
+        for (int i = 0; i < n; ++i) {
+          const auto got = dy[size_t(i)].down(), want = dref[size_t(i)].down();
+          bits &= same_bits(got.data(), want.data(), size_t(T * Ns[size_t(i)]) * 4);
+        }
+        check(bits, "matmul_scaled_group" + shape + " kseg=" + std::to_string(ks) +
+                        (use_ws ? " split-K" : "") + " T=" + std::to_string(T) +
+                        " == matmul_scaled per weight, bitwise");
+      }
+  }
+  check(bc::matmul_scaled_group(dx.p, 65, n, sw.data(), yp, nullptr, nullptr) ==
+            cudaErrorNotSupported,
+        "matmul_scaled_group refuses T = 65" + shape);
+  std::vector<bc::ScaledWeight> plain(sw);
+  plain[0] = dw[0].d.w;  // the checkpoint layout
+  check(bc::matmul_scaled_group(dx.p, 1, n, plain.data(), yp, nullptr, nullptr) ==
+            cudaErrorNotSupported,
+        "matmul_scaled_group refuses a weight in the checkpoint layout" + shape);
+}
+
+void test_matmul_scaled_swiglu(bc::ScaledFormat fg, bc::ScaledFormat fu, int64_t F, int64_t K) {
+  const int64_t Tmax = 64;
+  const DevScaledWg g(make_scaled(fg, F, K)), u(make_scaled(fu, F, K));
+  auto x = rand_bf16(size_t(Tmax * K));
+  Dev<uint16_t> dx(x.size()), dout(size_t(Tmax * F)), dwant(size_t(Tmax * F));
+  dx.up(x);
+  Dev<float> yg(size_t(Tmax * F)), yu(size_t(Tmax * F));
+  const std::string shape = std::string(" ") + sf_name(fg) + "/" + sf_name(fu) +
+                            " F=" + std::to_string(F) + " K=" + std::to_string(K);
+  for (const int64_t ks : {int64_t(0), int64_t(512), K})
+    for (int64_t T : {1, 5, 16, 17, 64})
+      for (const bool with_ws : {false, true}) {
+        if (with_ws && T > 16) continue;  // no split-K there: the workspace changes nothing
+        const size_t wsb = bc::matmul_scaled_swiglu_workspace_bytes(T, g.w, ks);
+        Dev<uint8_t> ws(with_ws ? wsb : 1);
+        if (with_ws) CK(cudaMemset(ws.p, 0, wsb));
+        dout.poison(), dwant.poison();
+        CK(bc::matmul_scaled(dx.p, T, g.w, yg.p, nullptr, bc::ScaledKernel::Fused, nullptr, 0,
+                             nullptr, 0, ks));
+        CK(bc::matmul_scaled(dx.p, T, u.w, yu.p, nullptr, bc::ScaledKernel::Fused, nullptr, 0,
+                             nullptr, 0, ks));
+        CK(bc::swiglu(yg.p, yu.p, dwant.p, T * F, nullptr));
+        CK(bc::matmul_scaled_swiglu(dx.p, T, g.w, u.w, dout.p, nullptr, ks,
+                                    with_ws ? ws.p : nullptr, with_ws ? wsb : 0));
+        const auto got = dout.down(), want = dwant.down();
+        check(same_bits(got.data(), want.data(), size_t(T * F) * 2),
+              "matmul_scaled_swiglu" + shape + " kseg=" + std::to_string(ks) +
+                  " T=" + std::to_string(T) + (with_ws ? " (split-K)" : "") +
+                  " == matmul_scaled x 2 + swiglu, bitwise");
+      }
+  check(bc::matmul_scaled_swiglu(dx.p, 65, g.w, u.w, dout.p, nullptr) == cudaErrorNotSupported,
+        "matmul_scaled_swiglu refuses T = 65" + shape);
+}
+
 // matmul_scaled over T = 1, 2, 7, 16, 64 (fused and dequant paths, with and without the split-K
 // workspace), 65 and 300 (dequant + Tile128, whole scratch and blocks of 128 rows), each row
 // bitwise equal to the host-checkable definition: matmul_bf16 of x and the bf16 matrix of the
@@ -2316,6 +2423,16 @@ int main() {
   }
   // NVFP4 fragment layout: a partial 16-row tile and a short last segment (512, 512, 128).
   test_matmul_scaled(bc::ScaledFormat::NVFP4, 1003, 1152);
+  {
+    using SF = bc::ScaledFormat;
+    test_matmul_scaled_group({SF::NVFP4, SF::NVFP4, SF::NVFP4}, {4096, 1024, 1024}, 4096);
+    test_matmul_scaled_group({SF::NVFP4, SF::NVFP4}, {1000, 130}, 1152);  // partial blocks
+    test_matmul_scaled_group({SF::FP8Rows, SF::FP8, SF::FP8Rows}, {2048, 512, 512}, 2048);
+    test_matmul_scaled_swiglu(SF::NVFP4, SF::NVFP4, 2080, 4096);  // F % 64 == 32
+    test_matmul_scaled_swiglu(SF::NVFP4, SF::NVFP4, 200, 1152);   // a partial 32-row block
+    test_matmul_scaled_swiglu(SF::FP8Rows, SF::FP8, 2080, 2048);
+    test_matmul_scaled_swiglu(SF::FP8, SF::FP8, 14336, 4096);  // llama-3.1-8b's
+  }
   test_matmul_scaled(bc::ScaledFormat::FP8Blocks, 4096, 4096, 128);
   test_matmul_scaled(bc::ScaledFormat::FP8Blocks, 1000, 4160, 128);  // partial edge blocks
   test_matmul_scaled(bc::ScaledFormat::FP8Blocks, 4096, 14336, 128);

@@ -430,6 +430,66 @@ class CudaBackend final : public Backend {
         choices_.empty() ? MatmulPlan{} : matmul_plan(choices_, kernel_dtype(w), T, w.rows, w.cols),
         opt_.fast_prefill);
   }
+  // Decode passes over scaled weights in the wgmma layout whose plans leave the path to Auto or
+  // Fused (q / k / v): one launch (matmul_scaled_group: the bits of each weight's matmul_scaled);
+  // false where it does not run (the caller runs the weights another way).
+  // BASALT_CUDA_SCALED_GROUP=0 turns it off.
+  bool scaled_group(const void* x, int64_t T, int n, const WeightRef* const* w, float* const* y) {
+    constexpr int kMax = 3;
+    if (!opt_.scaled_group || n < 2 || n > kMax || T < 1 || T > 64) return false;
+    ScaledWeight sw[kMax];
+    int64_t kseg[kMax];
+    for (int i = 0; i < n; ++i) {
+      if (!ref::is_scaled(*w[i])) return false;
+      const MatmulPlan p =
+          choices_.empty() ? MatmulPlan{}
+                           : matmul_plan(choices_, kernel_dtype(*w[i]), T, w[i]->rows, w[i]->cols);
+      if (p.path == ScaledKernel::Dequant) return false;
+      sw[i] = scaled_weight(*w[i]);
+      kseg[i] = p.kseg;
+      if (!sw[i].wg) return false;
+    }
+    void* ws = matmul_workspace(matmul_scaled_group_workspace_bytes(T, n, sw, kseg));
+    bool refused = false;
+    int64_t rows = 0;
+    for (int i = 0; i < n; ++i) rows += sw[i].N;
+    op("matmul (fused group)", rows, sw[0].K, [&] {
+      const cudaError_t e = matmul_scaled_group(static_cast<const bf16_bits*>(x), T, n, sw, y, kseg,
+                                                stream_, ws, ws ? mm_ws_bytes_ : 0);
+      refused = e == cudaErrorNotSupported;
+      return refused ? cudaSuccess : e;
+    });
+    return !refused;
+  }
+  // Gate / up scaled weights in the wgmma layout (T <= 64, paths Auto or Fused): one launch with
+  // SwiGLU in its epilogue (matmul_scaled_swiglu); false where it does not run.
+  // BASALT_CUDA_SCALED_SWIGLU=0 (or BASALT_CUDA_SCALED_GROUP=0) turns it off.
+  bool scaled_swiglu(const void* x, int64_t T, const WeightRef& gate, const WeightRef& up,
+                     void* out) {
+    if (!opt_.scaled_group || !opt_.scaled_swiglu || !opt_.fuse || T < 1 || T > 64 ||
+        !ref::is_scaled(gate) || !ref::is_scaled(up))
+      return false;
+    const MatmulPlan p = choices_.empty()
+                             ? MatmulPlan{}
+                             : matmul_plan(choices_, kernel_dtype(gate), T, gate.rows, gate.cols);
+    const MatmulPlan pu = choices_.empty()
+                              ? MatmulPlan{}
+                              : matmul_plan(choices_, kernel_dtype(up), T, up.rows, up.cols);
+    if (p.path == ScaledKernel::Dequant || pu.path == ScaledKernel::Dequant || p.kseg != pu.kseg)
+      return false;
+    const ScaledWeight sg = scaled_weight(gate), su = scaled_weight(up);
+    if (!sg.wg || !su.wg) return false;
+    void* ws = matmul_workspace(matmul_scaled_swiglu_workspace_bytes(T, sg, p.kseg));
+    bool refused = false;
+    op("matmul swiglu (fused)", 2 * sg.N, sg.K, [&] {
+      const cudaError_t e = matmul_scaled_swiglu(static_cast<const bf16_bits*>(x), T, sg, su,
+                                                 static_cast<bf16_bits*>(out), stream_, p.kseg, ws,
+                                                 ws ? mm_ws_bytes_ : 0);
+      refused = e == cudaErrorNotSupported;
+      return refused ? cudaSuccess : e;
+    });
+    return !refused;
+  }
   // Passes of up to 64 rows over bf16 weights of the same K whose plans leave the tiling to
   // Auto or RowsTMA run in one launch (matmul_bf16_group: each output has the bits of its own
   // matmul); anything else, one matmul each.
@@ -437,6 +497,7 @@ class CudaBackend final : public Backend {
                 float* const* y) override {
     constexpr int kMax = 3;
     MatmulPlan plans[kMax];
+    if (scaled_group(x, T, n, w, y)) return;
     bool one = n > 1 && n <= kMax && T >= 1 && T <= 64 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
     for (int i = 0; one && i < n; ++i) {
       plans[i] = choices_.empty()
@@ -473,6 +534,7 @@ class CudaBackend final : public Backend {
   // anything else, the two ops.
   void matmul_swiglu(const void* x, int64_t T, const WeightRef& gate, const WeightRef& up, float* g,
                      float* u, void* out) override {
+    if (scaled_swiglu(x, T, gate, up, out)) return;
     const MatmulPlan p = choices_.empty()
                              ? MatmulPlan{}
                              : matmul_plan(choices_, kernel_dtype(gate), T, gate.rows, gate.cols);
@@ -956,6 +1018,10 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& opt) {
     o.combine_fold = false;
   if (const char* p = std::getenv("BASALT_CUDA_MERGE_FOLD"); p && std::string(p) == "1")
     o.merge_fold = true;
+  if (const char* p = std::getenv("BASALT_CUDA_SCALED_GROUP"); p && std::string(p) == "0")
+    o.scaled_group = false;
+  if (const char* p = std::getenv("BASALT_CUDA_SCALED_SWIGLU"); p && std::string(p) == "0")
+    o.scaled_swiglu = false;
   if (const char* p = std::getenv("BASALT_CUDA_ATTN"))
     o.attn_kernel = static_cast<uint8_t>(attention_kernel_named(p));
   return std::make_unique<CudaBackend>(o);

@@ -32,6 +32,12 @@ struct CudaOptions {
   // (the same bits). Off: measured slower (H100, 2026-12-07, graphs: qwen3-30b-a3b:12 752 against
   // 789 tok/s, llama-3.1-8b 169.6 against 171.5); BASALT_CUDA_MERGE_FOLD=1 turns it on.
   bool merge_fold = false;
+  // Decode passes over scaled weights in the wgmma layout: q / k / v in one launch and gate / up
+  // with SwiGLU in one (the same bits as a launch each and swiglu). Off, for A/B measurement,
+  // with BASALT_CUDA_SCALED_GROUP=0; the gate / up launch alone off with
+  // BASALT_CUDA_SCALED_SWIGLU=0.
+  bool scaled_group = true;
+  bool scaled_swiglu = true;
   // Benchmarks: passes of more than 64 rows whose attention plan is Auto run this kernel
   // instead of Auto's (BlockWGPV; Block on an FP8 cache):
   // BASALT_CUDA_ATTN=auto|fused|block|blockwg|blockwgpv (another value: make_cuda_backend

@@ -243,6 +243,27 @@ cudaError_t nvfp4_to_frag(const ScaledWeight& w, uint8_t* codes, uint8_t* scales
 // blobs (NVFP4: scales unused; FP8 per row: the row scales as before).
 size_t scaled_wg_bytes(ScaledFormat f, int64_t N, int64_t K);
 cudaError_t scaled_to_wg(const ScaledWeight& w, uint8_t* blobs, cudaStream_t s);
+// Decode passes (1 <= T <= 64) over n <= 3 weights in the wgmma layout, one kernel format
+// (NVFP4, or FP8 / FP8Rows) and the same K (q / k / v): y[i] [T, N_i] = matmul_scaled(x, w[i])
+// in one launch, bitwise, each with its own segments (kseg[i] as matmul_scaled's; nullptr: the
+// rule) and, with a workspace of matmul_scaled_group_workspace_bytes (zeroed before first use),
+// split-K as matmul_scaled's. cudaErrorNotSupported where the weights or T do not fit that
+// (the caller runs matmul_scaled per weight).
+size_t matmul_scaled_group_workspace_bytes(int64_t T, int n, const ScaledWeight* w,
+                                           const int64_t* kseg = nullptr);
+cudaError_t matmul_scaled_group(const bf16_bits* x, int64_t T, int n, const ScaledWeight* w,
+                                float* const* y, const int64_t* kseg, cudaStream_t s,
+                                void* workspace = nullptr, size_t workspace_bytes = 0);
+// out[t, f] = bf16(silu_mul(g, u)) with g = matmul_scaled(x, gate)[t, f], u the same of up (both
+// [F, K] in the wgmma layout, one kernel format, segments kseg as matmul_scaled's): the bits of
+// the two matmuls and swiglu in one launch that never writes g or u (blocks of 32 gate + 32 up
+// rows; split-K with a workspace of matmul_scaled_swiglu_workspace_bytes up to 16 rows).
+// cudaErrorNotSupported as matmul_scaled_group's, or where the shapes differ.
+size_t matmul_scaled_swiglu_workspace_bytes(int64_t T, const ScaledWeight& gate, int64_t kseg = 0);
+cudaError_t matmul_scaled_swiglu(const bf16_bits* x, int64_t T, const ScaledWeight& gate,
+                                 const ScaledWeight& up, bf16_bits* out, cudaStream_t s,
+                                 int64_t kseg = 0, void* workspace = nullptr,
+                                 size_t workspace_bytes = 0);
 // out[r, :] = the inner values of weight row row0 + r as bf16 (out [rows, K], 16-byte aligned).
 cudaError_t dequant_scaled(const ScaledWeight& w, int64_t row0, int64_t rows, bf16_bits* out,
                            cudaStream_t s);

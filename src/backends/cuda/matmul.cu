@@ -2812,14 +2812,54 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-template <SFmt F, int NT, int STAGES, bool FOLD>
+// A launch of up to kMaxGroup weights of one format and K (matmul_scaled_group: q / k / v; one
+// for matmul_scaled): the items of weight i (its 64-row blocks, times its segments when split)
+// follow those of weight i - 1 on grid x, each weight with its segments, partials, output and
+// factor, as RowsTMA's group. SWIGLU (matmul_scaled_swiglu): one pair, gate (blobs[0]) and up
+// (blobs[1]) of F = N[0] rows; block b takes rows 32b .. 32b + 31 of each (tiles 2(b % 2) and
+// + 1 of their 64-row block b / 2): the producer copies the gate's two tiles into the places of
+// warps 0, 1 of the stage's blob and the up's into those of warps 2, 3 (NVFP4: codes and
+// scales, four copies; FP8: two), so the consumer is unchanged; the partials and counters
+// index the block's 64 rows as rows 64b + r of a virtual [64 · blocks] weight (as RowsTMA's
+// SWIGLU form); the up warps hand their sums over through shared memory and the gate warps
+// write out[t, c] = bf16(silu_mul(g, u)) with g and u each times its factor: the bits of the
+// two matmuls and swiglu.
+struct WgGroup {
+  int n = 1;
+  const uint8_t* blobs[kMaxGroup] = {};
+  int blocks[kMaxGroup] = {};    // 64-row blocks (SWIGLU: 32-row pairs)
+  int item_end[kMaxGroup] = {};  // blocks × launched segments, cumulative
+  int N[kMaxGroup] = {};
+  int seg_tiles[kMaxGroup] = {};
+  int segs[kMaxGroup] = {};
+  float* y[kMaxGroup] = {};     // [T, N_i]
+  float* part[kMaxGroup] = {};  // split partials [segs, T, rows]; nullptr: fold in registers
+  Epi epi[kMaxGroup] = {};
+};
+
+template <SFmt F, int NT, int STAGES, bool FOLD, bool SWIGLU = false>
 __global__ void __launch_bounds__(160, NT <= 16 ? 3 : 2)
-    matmul_wg_kernel(const __grid_constant__ CUtensorMap tx, const uint8_t* __restrict__ blobs,
-                     int T, int N, int K, int blocks, int segs, int seg_tiles,
-                     float* __restrict__ y, float* __restrict__ part, int* __restrict__ counters,
-                     Epi epi) {
+    matmul_wg_kernel(const __grid_constant__ CUtensorMap tx, const WgGroup g, int T, int K,
+                     int* __restrict__ counters, bf16_bits* __restrict__ out) {
   using C = WgDecCfg<F, NT, STAGES>;
-  const int item = int(blockIdx.x), z = item / blocks, blk = item % blocks;
+  // Weight gi's fields, read with constant indices (a dynamic index copies to local memory).
+  int item0 = 0, tile0 = 0, gi = 0;
+  int N = g.N[0], segs = g.segs[0], seg_tiles = g.seg_tiles[0], blocks = g.blocks[0];
+  const uint8_t* blobs = g.blobs[0];
+  float* y = g.y[0];
+  float* part = g.part[0];
+  Epi epi = g.epi[0];
+  if constexpr (!SWIGLU) {
+#pragma unroll
+    for (int i = 1; i < kMaxGroup; ++i)
+      if (i < g.n && int(blockIdx.x) >= g.item_end[i - 1]) {
+        gi = i, item0 = g.item_end[i - 1], tile0 += g.blocks[i - 1];
+        N = g.N[i], segs = g.segs[i], seg_tiles = g.seg_tiles[i], blocks = g.blocks[i];
+        blobs = g.blobs[i], y = g.y[i], part = g.part[i], epi = g.epi[i];
+      }
+  }
+  (void)gi;
+  const int item = int(blockIdx.x) - item0, z = item / blocks, blk = item % blocks;
   const bool split = part != nullptr;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const TmaSmem ts = tma_block_start<STAGES, C::kStageBytes>(smem_raw, 4);
@@ -2832,13 +2872,33 @@ __global__ void __launch_bounds__(160, NT <= 16 ? 3 : 2)
   auto empty = [&](int s) { return ts.bars + 8u * uint32_t(STAGES + s); };
   if (tid >= 128) {  // the producer warp
     if (tid == 128) {
-      const uint8_t* src = blobs + (size_t(blk) * nst + kt0) * C::kBlob;
+      const int wblk = SWIGLU ? blk / 2 : blk;
+      const uint8_t* src = blobs + (size_t(wblk) * nst + kt0) * C::kBlob;
+      const uint8_t* src_up = SWIGLU ? g.blobs[1] + (src - blobs) : nullptr;
+      // SWIGLU: tiles 2(blk % 2), + 1 of each weight (F == NVFP4: codes, then scales).
+      auto load_w = [&](int kt, int s) {
+        const uint32_t dst = bs + uint32_t(s * C::kBlob);
+        const size_t o = size_t(kt) * C::kBlob;
+        if constexpr (!SWIGLU) {
+          bulk_load(dst, src + o, uint32_t(C::kBlob), full(s));
+        } else if constexpr (F == SFmt::NVFP4) {
+          const uint32_t h = uint32_t(blk & 1) * 2u;
+          const uint32_t cb = 2u * 1024u, sb = 2u * 128u;
+          bulk_load(dst, src + o + h * 1024u, cb, full(s));
+          bulk_load(dst + cb, src_up + o + h * 1024u, cb, full(s));
+          bulk_load(dst + wg::kCodeBytes, src + o + wg::kCodeBytes + h * 128u, sb, full(s));
+          bulk_load(dst + wg::kCodeBytes + sb, src_up + o + wg::kCodeBytes + h * 128u, sb, full(s));
+        } else {
+          const uint32_t h = uint32_t(blk & 1) * 2u, cb = 2u * 2048u;
+          bulk_load(dst, src + o + h * 2048u, cb, full(s));
+          bulk_load(dst + cb, src_up + o + h * 2048u, cb, full(s));
+        }
+      };
       tma_prefetch_map(&tx);
       const int pre = min(STAGES, KT);
       for (int kt = 0; kt < pre; ++kt) {  // the weights before the previous kernel ends
         mbar_arrive_expect_tx(full(kt), uint32_t(C::kStageBytes));
-        bulk_load(bs + uint32_t(kt * C::kBlob), src + size_t(kt) * C::kBlob, uint32_t(C::kBlob),
-                  full(kt));
+        load_w(kt, kt);
       }
       pdl_wait();
       for (int kt = 0; kt < pre; ++kt)
@@ -2849,8 +2909,7 @@ __global__ void __launch_bounds__(160, NT <= 16 ? 3 : 2)
         const int s = kt % STAGES;
         mbar_wait(empty(s), uint32_t((kt / STAGES) - 1) & 1u);
         mbar_arrive_expect_tx(full(s), uint32_t(C::kStageBytes));
-        bulk_load(bs + uint32_t(s * C::kBlob), src + size_t(kt) * C::kBlob, uint32_t(C::kBlob),
-                  full(s));
+        load_w(kt, s);
         for (int h = 0; h < 2; ++h)
           tma_load_2d(xs + uint32_t(s * C::kXStage + h * C::kXBox), &tx,
                       (kt0 + kt) * wg::kStageK + 64 * h, 0, full(s));
@@ -2907,61 +2966,144 @@ __global__ void __launch_bounds__(160, NT <= 16 ? 3 : 2)
   }
   float* res = FOLD ? tot : acc;
   auto sync = [] { asm volatile("bar.sync 1, 128;\n" ::: "memory"); };
-  const int n0 = blk * wg::kBlockRows;
-  // res[4j + e]: weight row n0 + 16·wq + lane/4 (+ 8 for e >= 2), token 8j + 2·(lane % 4) (+ 1).
+  // res[4j + e]: row 16·wq + lane/4 (+ 8 for e >= 2) of the block, token 8j + 2·(lane % 4) (+ 1);
+  // SWIGLU: the block's rows as virtual rows 64·blk + r.
+  const int rbase = blk * wg::kBlockRows;
   auto each = [&](auto f) {
 #pragma unroll
     for (int j = 0; j < NT / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        f(8 * j + 2 * (lane & 3) + (e & 1), n0 + 16 * wq + (lane >> 2) + 8 * (e >> 1),
+        f(8 * j + 2 * (lane & 3) + (e & 1), rbase + 16 * wq + (lane >> 2) + 8 * (e >> 1),
           res[4 * j + e]);
   };
   if (!FOLD && split)
-    if (!split_k_fold(each, part, counters, T, N, sync, tid == 0, segs, z, blk)) return;
+    if (!split_k_fold(each, part, counters, T, SWIGLU ? wg::kBlockRows * blocks : N, sync, tid == 0,
+                      segs, z, tile0 + blk))
+      return;
+  if constexpr (SWIGLU) {
+    // The up warps' sums through the x ring (every stage has been consumed once all four warps
+    // pass the barrier), [i][64 lanes of warps 2, 3]; gate warp wq reads those of warp wq + 2,
+    // which hold the same (column, token) in the same places.
+    float* xch = reinterpret_cast<float*>(ts.sm);
+    sync();
+    if (wq >= 2) {
+#pragma unroll
+      for (int i = 0; i < NT / 2; ++i) xch[i * 64 + (wq - 2) * 32 + lane] = res[i];
+    }
+    sync();
+    if (wq >= 2) return;
+    const Epi eu = g.epi[1];
+#pragma unroll
+    for (int j = 0; j < NT / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int t = 8 * j + 2 * (lane & 3) + (e & 1);
+        const int c = 32 * blk + 16 * wq + (lane >> 2) + 8 * (e >> 1);
+        if (t < T && c < N) {
+          const float gv = __fmul_rn(epi_factor(epi, c), res[4 * j + e]);
+          const float uv = __fmul_rn(epi_factor(eu, c), xch[(4 * j + e) * 64 + wq * 32 + lane]);
+          out[size_t(t) * N + c] = to_bf(silu_mul(gv, uv));
+        }
+      }
+    return;
+  }
   each([&](int t, int n, float& v) {
     if (t < T && n < N) y[size_t(t) * N + n] = __fmul_rn(epi_factor(epi, n), v);
   });
 }
 
-template <SFmt F, int NT>
-cudaError_t launch_wg_nt(const ScaledWeight& w, const bf16_bits* x, int T, float* y, const Epi& epi,
-                         int64_t kseg, cudaStream_t s, void* ws, size_t ws_bytes) {
+// A launch of group g (blobs, blocks, N, segments, y and epi set; part[] and item_end[] not yet):
+// split-K where the weights have segments, T <= kRowsSplitMaxT and the workspace holds need_ws
+// bytes (counters, then each segmented weight's partials [segs, T, part_rows[i]] in order); else
+// the segments fold in registers (launch_rows_group's rule).
+template <SFmt F, int NT, bool SWIGLU>
+cudaError_t launch_wg_group(WgGroup g, const bf16_bits* x, int T, int K, const int* part_rows,
+                            size_t need_ws, bf16_bits* out, cudaStream_t s, void* ws,
+                            size_t ws_bytes) {
   constexpr int kStages = kWgStages<F>;
   using C = WgDecCfg<F, NT, kStages>;
   CUtensorMap tx;
-  if (!bf16_tile_map(&tx, x, T, w.K, NT)) return cudaErrorNotSupported;
-  const int blocks = int((w.N + wg::kBlockRows - 1) / wg::kBlockRows);
-  const auto [segs, seg_tiles] = seg_plan(w.K, kseg, wg::kStageK);
-  const bool split = segs > 1 && T <= kRowsSplitMaxT && blocks <= kMaxTiles && ws &&
-                     ws_bytes >= workspace_bytes_kseg(T, w.N, w.K, kseg);
-  const bool fold = segs > 1 && !split;
-  float* part =
-      split ? reinterpret_cast<float*>(static_cast<char*>(ws) + counter_bytes()) : nullptr;
-  constexpr auto kFold = matmul_wg_kernel<F, NT, kStages, true>;
-  constexpr auto kOne = matmul_wg_kernel<F, NT, kStages, false>;
+  if (!bf16_tile_map(&tx, x, T, K, NT)) return cudaErrorNotSupported;
+  int blocks = 0;
+  bool any_segs = false;
+  for (int i = 0; i < g.n; ++i) blocks += g.blocks[i], any_segs |= g.segs[i] > 1;
+  const bool split =
+      any_segs && T <= kRowsSplitMaxT && blocks <= kMaxTiles && ws && ws_bytes >= need_ws;
+  char* p = static_cast<char*>(ws) + counter_bytes();
+  int items = 0;
+  for (int i = 0; i < g.n; ++i) {
+    g.part[i] = nullptr;
+    if (split && g.segs[i] > 1) {
+      g.part[i] = reinterpret_cast<float*>(p);
+      p += size_t(g.segs[i]) * size_t(T) * size_t(part_rows[i]) * 4;
+    }
+    items += g.blocks[i] * (g.part[i] ? g.segs[i] : 1);
+    g.item_end[i] = items;
+  }
+  const bool fold = any_segs && !split;
+  constexpr auto kFold = matmul_wg_kernel<F, NT, kStages, true, SWIGLU>;
+  constexpr auto kOne = matmul_wg_kernel<F, NT, kStages, false, SWIGLU>;
   if (const cudaError_t e = fold ? allow_smem<kFold>(C::kSmem) : allow_smem<kOne>(C::kSmem);
       e != cudaSuccess)
     return e;
-  const int items = blocks * (split ? segs : 1);
-  return launch_pdl(fold ? kFold : kOne, dim3(unsigned(items)), dim3(160), C::kSmem, s, true, tx,
-                    w.data, T, int(w.N), int(w.K), blocks, segs, seg_tiles, y, part,
-                    static_cast<int*>(ws), epi);
+  return launch_pdl(fold ? kFold : kOne, dim3(unsigned(items)), dim3(160), C::kSmem, s, true, tx, g,
+                    T, K, static_cast<int*>(ws), out);
 }
 
-template <SFmt F>
-cudaError_t launch_wg_f(const ScaledWeight& w, const bf16_bits* x, int T, float* y, const Epi& epi,
-                        int64_t kseg, cudaStream_t s, void* ws, size_t ws_bytes) {
-  if (T <= 8) return launch_wg_nt<F, 8>(w, x, T, y, epi, kseg, s, ws, ws_bytes);
-  if (T <= 16) return launch_wg_nt<F, 16>(w, x, T, y, epi, kseg, s, ws, ws_bytes);
-  if (T <= 32) return launch_wg_nt<F, 32>(w, x, T, y, epi, kseg, s, ws, ws_bytes);
-  return launch_wg_nt<F, 64>(w, x, T, y, epi, kseg, s, ws, ws_bytes);
+// The tokens' box of a wgmma-layout launch: NT of 8, 16, 32, 64 (the smallest that holds T).
+template <SFmt F, bool SWIGLU>
+cudaError_t launch_wg_nt(const WgGroup& g, const bf16_bits* x, int T, int K, const int* part_rows,
+                         size_t need_ws, bf16_bits* out, cudaStream_t s, void* ws,
+                         size_t ws_bytes) {
+  if (T <= 8)
+    return launch_wg_group<F, 8, SWIGLU>(g, x, T, K, part_rows, need_ws, out, s, ws, ws_bytes);
+  if (T <= 16)
+    return launch_wg_group<F, 16, SWIGLU>(g, x, T, K, part_rows, need_ws, out, s, ws, ws_bytes);
+  if (T <= 32)
+    return launch_wg_group<F, 32, SWIGLU>(g, x, T, K, part_rows, need_ws, out, s, ws, ws_bytes);
+  return launch_wg_group<F, 64, SWIGLU>(g, x, T, K, part_rows, need_ws, out, s, ws, ws_bytes);
 }
-cudaError_t launch_wg(const ScaledWeight& w, const bf16_bits* x, int T, float* y, const Epi& epi,
-                      int64_t kseg, cudaStream_t s, void* ws, size_t ws_bytes) {
+
+// The factor of a wgmma-layout weight's epilogue (matmul_scaled's).
+Epi wg_epi(const ScaledWeight& w) {
+  Epi epi;
+  epi.rows = w.format == ScaledFormat::FP8Rows ? static_cast<const float*>(w.scales) : nullptr;
+  epi.scale = w.format == ScaledFormat::NVFP4 ? w.scale * float(1 << wg::kInnerShift)
+                                              : w.scale;  // (nvfp4_wg.h)
+  epi.on = 1;
+  return epi;
+}
+
+// n weights (resolved ksegs), all in the wgmma layout of format F, the same K.
+template <SFmt F>
+cudaError_t launch_wg_weights(int n, const ScaledWeight* w, const bf16_bits* x, int T,
+                              float* const* y, const int64_t* kseg, cudaStream_t s, void* ws,
+                              size_t ws_bytes) {
+  WgGroup g;
+  g.n = n;
+  int part_rows[kMaxGroup] = {};
+  int64_t N[kMaxGroup] = {};
+  for (int i = 0; i < n; ++i) {
+    g.blobs[i] = w[i].data;
+    g.blocks[i] = int((w[i].N + wg::kBlockRows - 1) / wg::kBlockRows);
+    g.N[i] = part_rows[i] = int(w[i].N);
+    N[i] = w[i].N;
+    const SegPlan sp = seg_plan(w[i].K, kseg[i], wg::kStageK);
+    g.segs[i] = sp.segs, g.seg_tiles[i] = sp.seg_tiles;
+    g.y[i] = y[i];
+    g.epi[i] = wg_epi(w[i]);
+  }
+  return launch_wg_nt<F, false>(g, x, T, int(w[0].K), part_rows,
+                                group_workspace_bytes(T, n, N, w[0].K, kseg), nullptr, s, ws,
+                                ws_bytes);
+}
+
+cudaError_t launch_wg(const ScaledWeight& w, const bf16_bits* x, int T, float* y, int64_t kseg,
+                      cudaStream_t s, void* ws, size_t ws_bytes) {
   return w.format == ScaledFormat::NVFP4
-             ? launch_wg_f<SFmt::NVFP4>(w, x, T, y, epi, kseg, s, ws, ws_bytes)
-             : launch_wg_f<SFmt::FP8>(w, x, T, y, epi, kseg, s, ws, ws_bytes);
+             ? launch_wg_weights<SFmt::NVFP4>(1, &w, x, T, &y, &kseg, s, ws, ws_bytes)
+             : launch_wg_weights<SFmt::FP8>(1, &w, x, T, &y, &kseg, s, ws, ws_bytes);
 }
 // The formats the wgmma layout takes (FP8 per tensor or per row: its factor is the epilogue's).
 bool wg_format(const ScaledWeight& w) {
@@ -3091,7 +3233,7 @@ cudaError_t matmul_scaled(const bf16_bits* x, int64_t T, const ScaledWeight& w, 
                                                       : w.scale;  // (nvfp4_wg.h)
   epi.on = 1;
   if (kernel == ScaledKernel::Fused && w.wg)
-    return launch_wg(w, x, int(T), y, epi, kseg, s, workspace, workspace_bytes);
+    return launch_wg(w, x, int(T), y, kseg, s, workspace, workspace_bytes);
   if (kernel == ScaledKernel::Fused && w.frag)
     return launch_frag(w, x, int(T), y, epi, kseg, s, workspace, workspace_bytes);
   if (kernel == ScaledKernel::Fused) {
@@ -3125,6 +3267,81 @@ cudaError_t matmul_scaled(const bf16_bits* x, int64_t T, const ScaledWeight& w, 
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
+}
+
+namespace {
+// The wgmma-layout decode kernel's format of w (NVFP4, or FP8 for FP8 and FP8Rows).
+SFmt wg_kernel_format(const ScaledWeight& w) {
+  return w.format == ScaledFormat::NVFP4 ? SFmt::NVFP4 : SFmt::FP8;
+}
+// n weights a group launch takes: each in the wgmma layout, one kernel format, one K; kseg[i]
+// resolved into ks (nullptr: the rule). cudaErrorNotSupported where the launch cannot take them.
+cudaError_t wg_group_check(const bf16_bits* x, int64_t T, int n, const ScaledWeight* w,
+                           const int64_t* kseg, int64_t* ks) {
+  if (n < 1 || n > kMaxGroup || T < 1 || T > 64 || reinterpret_cast<uintptr_t>(x) % 16)
+    return cudaErrorNotSupported;
+  for (int i = 0; i < n; ++i) {
+    if (!scaled_args_ok(w[i])) return cudaErrorInvalidValue;
+    if (!w[i].wg || !wg_format(w[i]) || w[i].K != w[0].K ||
+        wg_kernel_format(w[i]) != wg_kernel_format(w[0]))
+      return cudaErrorNotSupported;
+    ks[i] = resolve_kseg(w[i].N, w[i].K, kseg ? kseg[i] : 0);
+    if (ks[i] <= 0) return cudaErrorInvalidValue;
+  }
+  return cudaSuccess;
+}
+}  // namespace
+
+size_t matmul_scaled_group_workspace_bytes(int64_t T, int n, const ScaledWeight* w,
+                                           const int64_t* kseg) {
+  int64_t ks[kMaxGroup], N[kMaxGroup];
+  if (n < 1 || n > kMaxGroup) return 0;
+  for (int i = 0; i < n; ++i) {
+    ks[i] = resolve_kseg(w[i].N, w[i].K, kseg ? kseg[i] : 0);
+    if (ks[i] <= 0) return 0;  // the call fails anyway
+    N[i] = w[i].N;
+  }
+  return group_workspace_bytes(T, n, N, w[0].K, ks);
+}
+
+cudaError_t matmul_scaled_group(const bf16_bits* x, int64_t T, int n, const ScaledWeight* w,
+                                float* const* y, const int64_t* kseg, cudaStream_t s,
+                                void* workspace, size_t workspace_bytes) {
+  int64_t ks[kMaxGroup];
+  if (const cudaError_t e = wg_group_check(x, T, n, w, kseg, ks); e != cudaSuccess) return e;
+  return wg_kernel_format(w[0]) == SFmt::NVFP4
+             ? launch_wg_weights<SFmt::NVFP4>(n, w, x, int(T), y, ks, s, workspace, workspace_bytes)
+             : launch_wg_weights<SFmt::FP8>(n, w, x, int(T), y, ks, s, workspace, workspace_bytes);
+}
+
+size_t matmul_scaled_swiglu_workspace_bytes(int64_t T, const ScaledWeight& gate, int64_t kseg) {
+  kseg = resolve_kseg(gate.N, gate.K, kseg);
+  return kseg <= 0 ? 0 : rows_swiglu_workspace_bytes(T, gate.N, gate.K, kseg);
+}
+
+cudaError_t matmul_scaled_swiglu(const bf16_bits* x, int64_t T, const ScaledWeight& gate,
+                                 const ScaledWeight& up, bf16_bits* out, cudaStream_t s,
+                                 int64_t kseg, void* workspace, size_t workspace_bytes) {
+  const ScaledWeight pair[2] = {gate, up};
+  const int64_t kk[2] = {kseg, kseg};
+  int64_t ks[2];
+  if (const cudaError_t e = wg_group_check(x, T, 2, pair, kk, ks); e != cudaSuccess) return e;
+  if (gate.N != up.N || !out) return cudaErrorNotSupported;
+  WgGroup g;
+  g.n = 1;
+  g.blobs[0] = gate.data, g.blobs[1] = up.data;
+  g.blocks[0] = int((gate.N + 31) / 32);
+  g.N[0] = int(gate.N);
+  const SegPlan sp = seg_plan(gate.K, ks[0], wg::kStageK);
+  g.segs[0] = sp.segs, g.seg_tiles[0] = sp.seg_tiles;
+  g.epi[0] = wg_epi(gate), g.epi[1] = wg_epi(up);
+  const int part_rows[1] = {wg::kBlockRows * g.blocks[0]};
+  const size_t need = rows_swiglu_workspace_bytes(T, gate.N, gate.K, ks[0]);
+  return wg_kernel_format(gate) == SFmt::NVFP4
+             ? launch_wg_nt<SFmt::NVFP4, true>(g, x, int(T), int(gate.K), part_rows, need, out, s,
+                                               workspace, workspace_bytes)
+             : launch_wg_nt<SFmt::FP8, true>(g, x, int(T), int(gate.K), part_rows, need, out, s,
+                                             workspace, workspace_bytes);
 }
 
 size_t scaled_wg_bytes(ScaledFormat f, int64_t N, int64_t K) {
