@@ -36,6 +36,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -669,6 +670,17 @@ void test_matmul_scaled_swiglu(bc::ScaledFormat fg, bc::ScaledFormat fu, int64_t
       }
   check(bc::matmul_scaled_swiglu(dx.p, 65, g.w, u.w, dout.p, nullptr) == cudaErrorNotSupported,
         "matmul_scaled_swiglu refuses T = 65" + shape);
+}
+
+void test_matmul_scaled_groups() {
+  using SF = bc::ScaledFormat;
+  test_matmul_scaled_group({SF::NVFP4, SF::NVFP4, SF::NVFP4}, {4096, 1024, 1024}, 4096);
+  test_matmul_scaled_group({SF::NVFP4, SF::NVFP4}, {1000, 130}, 1152);  // partial blocks
+  test_matmul_scaled_group({SF::FP8Rows, SF::FP8, SF::FP8Rows}, {2048, 512, 512}, 2048);
+  test_matmul_scaled_swiglu(SF::NVFP4, SF::NVFP4, 2080, 4096);  // F % 64 == 32
+  test_matmul_scaled_swiglu(SF::NVFP4, SF::NVFP4, 200, 1152);   // a partial 32-row block
+  test_matmul_scaled_swiglu(SF::FP8Rows, SF::FP8, 2080, 2048);
+  test_matmul_scaled_swiglu(SF::FP8, SF::FP8, 14336, 4096);  // llama-3.1-8b's
 }
 
 // matmul_scaled over T = 1, 2, 7, 16, 64 (fused and dequant paths, with and without the split-K
@@ -2390,6 +2402,18 @@ int main() {
     std::printf("SKIP: kernels are built for sm_90a only\n");
     return 0;
   }
+  // BASALT_TEST_ONLY=scaled: the scaled-weight matmul tests alone (a device call that measures a
+  // variant of those kernels, e.g. BASALT_CUDA_WG_PIPE=1, checks it first in seconds).
+  const char* only = std::getenv("BASALT_TEST_ONLY");
+  if (only && std::string(only) == "scaled") {
+    test_matmul_scaled_known();
+    for (auto f : {bc::ScaledFormat::NVFP4, bc::ScaledFormat::FP8, bc::ScaledFormat::FP8Rows})
+      test_matmul_scaled(f, 1000, 4160);
+    test_matmul_scaled(bc::ScaledFormat::NVFP4, 4096, 14336);
+    test_matmul_scaled_groups();
+    std::printf("%s: %d failure(s)\n", g_failures ? "FAILED" : "ALL PASSED", g_failures);
+    return g_failures ? 1 : 0;
+  }
   test_embedding();
   test_rmsnorm();
   test_head_rmsnorm();
@@ -2423,16 +2447,7 @@ int main() {
   }
   // NVFP4 fragment layout: a partial 16-row tile and a short last segment (512, 512, 128).
   test_matmul_scaled(bc::ScaledFormat::NVFP4, 1003, 1152);
-  {
-    using SF = bc::ScaledFormat;
-    test_matmul_scaled_group({SF::NVFP4, SF::NVFP4, SF::NVFP4}, {4096, 1024, 1024}, 4096);
-    test_matmul_scaled_group({SF::NVFP4, SF::NVFP4}, {1000, 130}, 1152);  // partial blocks
-    test_matmul_scaled_group({SF::FP8Rows, SF::FP8, SF::FP8Rows}, {2048, 512, 512}, 2048);
-    test_matmul_scaled_swiglu(SF::NVFP4, SF::NVFP4, 2080, 4096);  // F % 64 == 32
-    test_matmul_scaled_swiglu(SF::NVFP4, SF::NVFP4, 200, 1152);   // a partial 32-row block
-    test_matmul_scaled_swiglu(SF::FP8Rows, SF::FP8, 2080, 2048);
-    test_matmul_scaled_swiglu(SF::FP8, SF::FP8, 14336, 4096);  // llama-3.1-8b's
-  }
+  test_matmul_scaled_groups();
   test_matmul_scaled(bc::ScaledFormat::FP8Blocks, 4096, 4096, 128);
   test_matmul_scaled(bc::ScaledFormat::FP8Blocks, 1000, 4160, 128);  // partial edge blocks
   test_matmul_scaled(bc::ScaledFormat::FP8Blocks, 4096, 14336, 128);
