@@ -948,6 +948,23 @@ cudaError_t launch_tma_swiglu(const bf16_bits* x, int T, const bf16_bits* wg, co
 // separate blocks (split_k_fold); without, they fold in registers. One launch may cover up to three
 // weights of the same K (matmul_bf16_group: q / k / v, gate / up), each with its own segments,
 // partials and output: the blocks of weight i follow those of weight i - 1 on grid x.
+// The SWIGLU forms' hand-over (RowsTMA's and the wgmma layout's): consumer warps 2, 3 hold the up
+// sums of the (column, token) pairs whose gate sums warps 0, 1 hold in the same places. They store
+// theirs in `xch` ([i][64 lanes of warps 2, 3]; shared memory no wgmma or copy still uses) and get
+// false; gate warp wq gets true and finds the up value of its element i at
+// xch[i * 64 + wq * 32 + lane]. sync: the consumers' barrier.
+template <int NT, class Sync>
+__device__ __forceinline__ bool swiglu_handover(float* xch, const float* res, int wq, int lane,
+                                                Sync sync) {
+  sync();
+  if (wq >= 2) {
+#pragma unroll
+    for (int i = 0; i < NT / 2; ++i) xch[i * 64 + (wq - 2) * 32 + lane] = res[i];
+  }
+  sync();
+  return wq < 2;
+}
+
 template <int NT, int STAGES>
 struct RowsTmaCfg {
   static constexpr int kBK = 64, kThreads = 160;
@@ -1050,16 +1067,9 @@ __global__ void __launch_bounds__(160, 3)
       return;
   if constexpr (SWIGLU) {
     // The up warps' results through the stage buffers (every wgmma has completed once all four
-    // warps pass the barrier), [i][64 lanes of warps 2, 3]; the gate warp wq reads those of
-    // warp wq + 2, which hold the same (column, token) in the same positions.
+    // warps pass the barrier).
     float* xch = reinterpret_cast<float*>(sm);
-    sync();
-    if (wq >= 2) {
-#pragma unroll
-      for (int i = 0; i < NT / 2; ++i) xch[i * 64 + (wq - 2) * 32 + lane] = res[i];
-    }
-    sync();
-    if (wq >= 2) return;
+    if (!swiglu_handover<NT>(xch, res, wq, lane, sync)) return;
     const int ldo = g.ldy[0];
 #pragma unroll
     for (int j = 0; j < NT / 8; ++j)
@@ -1091,6 +1101,37 @@ size_t group_workspace_bytes(int64_t T, int n, const int64_t* N, int64_t K, cons
 // 29.1 against 22.5 us, T = 64 40.0 against 24.9, 4096 x 14336 90.3 against 62.0).
 constexpr int kRowsSplitMaxT = 16;
 
+// A group launch's segments (RowsGroup, WgGroup: n weights, their blocks and segments set):
+// split-K for every weight with segments, or for none (above kRowsSplitMaxT rows the partials
+// cost more than the blocks gain, H100 T = 32 / 64), where T allows it and the workspace holds
+// need_ws bytes (counters, then each segmented weight's partials [segs, T, part_rows[i]] in
+// order). Sets g.part and g.item_end; gives the launch's items and whether the segments fold
+// in registers instead.
+struct GroupPlan {
+  int items;
+  bool fold;
+};
+template <class G>
+GroupPlan plan_group(G& g, const int* part_rows, size_t need_ws, int T, void* ws, size_t ws_bytes) {
+  int blocks = 0;
+  bool any_segs = false;
+  for (int i = 0; i < g.n; ++i) blocks += g.blocks[i], any_segs |= g.segs[i] > 1;
+  const bool split =
+      any_segs && T <= kRowsSplitMaxT && blocks <= kMaxTiles && ws && ws_bytes >= need_ws;
+  char* p = static_cast<char*>(ws) + counter_bytes();
+  int items = 0;
+  for (int i = 0; i < g.n; ++i) {
+    g.part[i] = nullptr;
+    if (split && g.segs[i] > 1) {
+      g.part[i] = reinterpret_cast<float*>(p);
+      p += size_t(g.segs[i]) * size_t(T) * size_t(part_rows[i]) * 4;
+    }
+    items += g.blocks[i] * (g.part[i] ? g.segs[i] : 1);
+    g.item_end[i] = items;
+  }
+  return {items, any_segs && !split};
+}
+
 // The tokens' box of a RowsTMA launch: the smallest of 8, 16, 32 and 64 rows that holds T
 // (T <= 64); f(std::integral_constant<int, NT>).
 template <typename F>
@@ -1111,26 +1152,9 @@ cudaError_t launch_rows_group(const CUtensorMap& tx, const CUtensorMap* tw, Rows
                               const int* part_rows, size_t need_ws, int T, int K, void* ws,
                               size_t ws_bytes, Epi epi, bf16_bits* out, cudaStream_t s, bool pdl) {
   using C = RowsTmaCfg<NT, STAGES>;
-  int blocks = 0;
-  bool any_segs = false;
-  for (int i = 0; i < g.n; ++i) blocks += g.blocks[i], any_segs |= g.segs[i] > 1;
-  // Split-K for all weights with segments, or none (above kRowsSplitMaxT rows the partials
-  // cost more than the blocks gain, H100 T = 32 / 64).
-  const bool split =
-      any_segs && T <= kRowsSplitMaxT && blocks <= kMaxTiles && ws && ws_bytes >= need_ws;
-  char* p = static_cast<char*>(ws) + counter_bytes();
-  int items = 0;
-  for (int i = 0; i < g.n; ++i) {
-    if (split && g.segs[i] > 1) {
-      g.part[i] = reinterpret_cast<float*>(p);
-      p += size_t(g.segs[i]) * size_t(T) * size_t(part_rows[i]) * 4;
-    }
-    items += g.blocks[i] * (g.part[i] ? g.segs[i] : 1);
-    g.item_end[i] = items;
-  }
+  const auto [items, fold] = plan_group(g, part_rows, need_ws, T, ws, ws_bytes);
   constexpr auto kFold = matmul_tma_rows_kernel<NT, STAGES, true, SWIGLU>;
   constexpr auto kOne = matmul_tma_rows_kernel<NT, STAGES, false, SWIGLU>;
-  const bool fold = any_segs && !split;
   if (const cudaError_t e = fold ? allow_smem<kFold>(C::kSmem) : allow_smem<kOne>(C::kSmem);
       e != cudaSuccess)
     return e;
@@ -3008,16 +3032,9 @@ __global__ void __launch_bounds__(160, NT <= 16 ? 3 : 2)
       return;
   if constexpr (SWIGLU) {
     // The up warps' sums through the x ring (every stage has been consumed once all four warps
-    // pass the barrier), [i][64 lanes of warps 2, 3]; gate warp wq reads those of warp wq + 2,
-    // which hold the same (column, token) in the same places.
+    // pass the barrier).
     float* xch = reinterpret_cast<float*>(ts.sm);
-    sync();
-    if (wq >= 2) {
-#pragma unroll
-      for (int i = 0; i < NT / 2; ++i) xch[i * 64 + (wq - 2) * 32 + lane] = res[i];
-    }
-    sync();
-    if (wq >= 2) return;
+    if (!swiglu_handover<NT>(xch, res, wq, lane, sync)) return;
     const Epi eu = g.epi[1];
 #pragma unroll
     for (int j = 0; j < NT / 8; ++j)
@@ -3050,23 +3067,7 @@ cudaError_t launch_wg_group(WgGroup g, const bf16_bits* x, int T, int K, const i
   using C = WgDecCfg<F, NT, kStages>;
   CUtensorMap tx;
   if (!bf16_tile_map(&tx, x, T, K, NT)) return cudaErrorNotSupported;
-  int blocks = 0;
-  bool any_segs = false;
-  for (int i = 0; i < g.n; ++i) blocks += g.blocks[i], any_segs |= g.segs[i] > 1;
-  const bool split =
-      any_segs && T <= kRowsSplitMaxT && blocks <= kMaxTiles && ws && ws_bytes >= need_ws;
-  char* p = static_cast<char*>(ws) + counter_bytes();
-  int items = 0;
-  for (int i = 0; i < g.n; ++i) {
-    g.part[i] = nullptr;
-    if (split && g.segs[i] > 1) {
-      g.part[i] = reinterpret_cast<float*>(p);
-      p += size_t(g.segs[i]) * size_t(T) * size_t(part_rows[i]) * 4;
-    }
-    items += g.blocks[i] * (g.part[i] ? g.segs[i] : 1);
-    g.item_end[i] = items;
-  }
-  const bool fold = any_segs && !split;
+  const auto [items, fold] = plan_group(g, part_rows, need_ws, T, ws, ws_bytes);
   // BASALT_CUDA_WG_PIPE=1 (measurement): each stage's decode overlaps the previous stage's wgmma.
   static const bool pipe = [] {
     const char* e = std::getenv("BASALT_CUDA_WG_PIPE");
