@@ -2403,7 +2403,7 @@ int main() {
     return 0;
   }
   // BASALT_TEST_ONLY=scaled: the scaled-weight matmul tests alone (a device call that measures a
-  // variant of those kernels, e.g. BASALT_CUDA_WG_PIPE=1, checks it first in seconds).
+  // variant of those kernels checks it first in seconds).
   const char* only = std::getenv("BASALT_TEST_ONLY");
   if (only && std::string(only) == "scaled") {
     test_matmul_scaled_known();

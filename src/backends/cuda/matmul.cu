@@ -26,7 +26,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <type_traits>
 
 #include "backends/cuda/device_util.cuh"
@@ -2862,7 +2861,7 @@ struct WgGroup {
   Epi epi[kMaxGroup] = {};
 };
 
-template <SFmt F, int NT, int STAGES, bool FOLD, bool SWIGLU = false, bool PIPE = false>
+template <SFmt F, int NT, int STAGES, bool FOLD, bool SWIGLU = false>
 __global__ void __launch_bounds__(160, NT <= 16 ? 3 : 2)
     matmul_wg_kernel(const __grid_constant__ CUtensorMap tx, const WgGroup g, int T, int K,
                      int* __restrict__ counters, bf16_bits* __restrict__ out) {
@@ -2957,35 +2956,26 @@ __global__ void __launch_bounds__(160, NT <= 16 ? 3 : 2)
   // chain is not left in flight across the next stage's decode: ptxas serialises wgmma whose
   // register operands other instructions write while a group is pending (C7513), and the
   // warpgroups of the SM's other blocks fill the wait.
-  // One stage: its eight wgmma over the fragments in `cur`; with PIPE, the next stage's
-  // fragments are decoded into `nxt` while they run (other registers than the pending
-  // group's), else `cur` was decoded just before.
-  auto stage = [&](int kt, uint32_t(&cur)[8][4], uint32_t(&nxt)[8][4]) {
+  // (BASALT_CUDA_WG_PIPE, decoding the next stage while a stage's wgmma ran in a second
+  // register set, measured 8 % slower on the H100 at 94-107 registers: 3 blocks an SM, not 5.)
+  uint32_t af[8][4];
+  for (int kt = 0; kt < KT; ++kt) {
     const int s = kt % STAGES;
-    if constexpr (!PIPE) {
-      mbar_wait(full(s), uint32_t(kt / STAGES) & 1u);
-      wg_fragments<F>(bsm + s * C::kBlob, wq, lane, cur);
-    }
+    mbar_wait(full(s), uint32_t(kt / STAGES) & 1u);
+    wg_fragments<F>(bsm + s * C::kBlob, wq, lane, af);
 #pragma unroll
     for (int i = 0; i < 8; ++i)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) reg_fence(cur[i][e]);
+      for (int e = 0; e < 4; ++e) reg_fence(af[i][e]);
 #pragma unroll
     for (int i = 0; i < NT / 2; ++i) reg_fence(acc[i]);
     const unsigned char* const xst = ts.sm + s * C::kXStage;
     wgmma_fence();
 #pragma unroll
     for (int i = 0; i < 8; ++i)
-      wgmma_bf16_rs<NT>(acc, cur[i], wgmma_desc_sw128(xst + (i / 4) * C::kXBox + (i % 4) * 32),
+      wgmma_bf16_rs<NT>(acc, af[i], wgmma_desc_sw128(xst + (i / 4) * C::kXBox + (i % 4) * 32),
                         seg_pos > 0 || i > 0);
     wgmma_commit();
-    if constexpr (PIPE) {
-      if (kt + 1 < KT) {
-        const int s1 = (kt + 1) % STAGES;
-        mbar_wait(full(s1), uint32_t((kt + 1) / STAGES) & 1u);
-        wg_fragments<F>(bsm + s1 * C::kBlob, wq, lane, nxt);
-      }
-    }
     wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < NT / 2; ++i) reg_fence(acc[i]);
@@ -2999,19 +2989,6 @@ __global__ void __launch_bounds__(160, NT <= 16 ? 3 : 2)
         seg_pos = 0;
       }
     }
-  };
-  uint32_t afa[8][4], afb[8][4];
-  if constexpr (PIPE) {
-    if (KT > 0) {
-      mbar_wait(full(0), 0u);
-      wg_fragments<F>(bsm, wq, lane, afa);
-    }
-    for (int kt = 0; kt < KT; kt += 2) {
-      stage(kt, afa, afb);
-      if (kt + 1 < KT) stage(kt + 1, afb, afa);
-    }
-  } else {
-    for (int kt = 0; kt < KT; ++kt) stage(kt, afa, afb);
   }
   float* res = FOLD ? tot : acc;
   auto sync = [] { asm volatile("bar.sync 1, 128;\n" ::: "memory"); };
@@ -3068,23 +3045,13 @@ cudaError_t launch_wg_group(WgGroup g, const bf16_bits* x, int T, int K, const i
   CUtensorMap tx;
   if (!bf16_tile_map(&tx, x, T, K, NT)) return cudaErrorNotSupported;
   const auto [items, fold] = plan_group(g, part_rows, need_ws, T, ws, ws_bytes);
-  // BASALT_CUDA_WG_PIPE=1 (measurement): each stage's decode overlaps the previous stage's wgmma.
-  static const bool pipe = [] {
-    const char* e = std::getenv("BASALT_CUDA_WG_PIPE");
-    return e && e[0] == '1' && e[1] == 0;
-  }();
   constexpr auto kFold = matmul_wg_kernel<F, NT, kStages, true, SWIGLU>;
   constexpr auto kOne = matmul_wg_kernel<F, NT, kStages, false, SWIGLU>;
-  constexpr auto kFoldP = matmul_wg_kernel<F, NT, kStages, true, SWIGLU, true>;
-  constexpr auto kOneP = matmul_wg_kernel<F, NT, kStages, false, SWIGLU, true>;
-  auto* const kern = pipe ? (fold ? kFoldP : kOneP) : (fold ? kFold : kOne);
-  if (const cudaError_t e =
-          pipe ? (fold ? allow_smem<kFoldP>(C::kSmem) : allow_smem<kOneP>(C::kSmem))
-               : (fold ? allow_smem<kFold>(C::kSmem) : allow_smem<kOne>(C::kSmem));
+  if (const cudaError_t e = fold ? allow_smem<kFold>(C::kSmem) : allow_smem<kOne>(C::kSmem);
       e != cudaSuccess)
     return e;
-  return launch_pdl(kern, dim3(unsigned(items)), dim3(160), C::kSmem, s, true, tx, g, T, K,
-                    static_cast<int*>(ws), out);
+  return launch_pdl(fold ? kFold : kOne, dim3(unsigned(items)), dim3(160), C::kSmem, s, true, tx, g,
+                    T, K, static_cast<int*>(ws), out);
 }
 
 // The tokens' box of a wgmma-layout launch: NT of 8, 16, 32, 64 (the smallest that holds T).
