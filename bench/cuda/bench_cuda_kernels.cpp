@@ -5,6 +5,8 @@
 //   bench_cuda_kernels matmul     (only the bf16 tilings; BENCH_T=512 picks one row count)
 //   bench_cuda_kernels hybrid     (only the Gated DeltaNet and MoE kernels)
 //   bench_cuda_kernels decode     (segment-length sweep of the bf16 matmul)
+//   bench_cuda_kernels attn-batch (a serving decode step's attention, 16 and 64 sequences:
+//                                  Auto and each Split kernel)
 //   bench_cuda_kernels scaled     (NVFP4 / FP8 matmuls against bf16 at llama-3.1-8b's shapes;
 //                                  BENCH_SHAPE=gate/up BENCH_FMT=FP8 BENCH_T=1 BENCH_CFG=0 pick
 //                                  one)
@@ -434,6 +436,98 @@ void bench_decode_shapes() {
   }
 }
 
+// A serving decode step's attention: B sequences of llama-3.1-8b's heads (H 32, Hkv 8, D 128),
+// a row each at positions 512 + t (row t of sequence t), each sequence's keys in its own blocks
+// of 64 of one paged cache (bf16, then E4M3 written by kv_write_fp8), max_pos bucketed as the
+// backend does: Auto told the rows are sequences of their own (AttnArgs::rows_own_seq), then each
+// Split kernel; GB/s of the keys and values the rows see.
+void bench_batch_decode_attention(double copy_gbs) {
+  const int64_t H = 32, Hkv = 8, D = 128, bs = 64;
+  for (int64_t B : {int64_t(16), int64_t(64)}) {
+    const int64_t max_len = 512 + B, blocks_per = (max_len + bs - 1) / bs;
+    const int64_t rows = B * blocks_per * bs, stride = 16;
+    std::vector<int32_t> pos(static_cast<size_t>(B)), row_table(static_cast<size_t>(B)),
+        tables(static_cast<size_t>(B * stride), 0);
+    std::vector<int32_t> slots(static_cast<size_t>(rows));
+    double seen = 0;
+    for (int64_t t = 0; t < B; ++t) {
+      pos[size_t(t)] = int32_t(512 + t), row_table[size_t(t)] = int32_t(t);
+      for (int64_t j = 0; j < blocks_per; ++j)
+        tables[size_t(t * stride + j)] = int32_t(t * blocks_per + j);
+      seen += double(513 + t);
+    }
+    for (int64_t i = 0; i < rows; ++i) slots[size_t(i)] = int32_t(i);
+    const int64_t max_pos = int64_t(1) << 10;  // 576 .. 575 + B keys: 16 chunks bucketed
+    uint16_t *k, *v, *out;
+    float *q, *ws, *frows;
+    uint8_t *k8, *v8;
+    int32_t *dpos, *drt, *dtab, *dslots;
+    const size_t kv = size_t(rows) * Hkv * D;
+    CK(cudaMalloc(&k, kv * 2));
+    CK(cudaMalloc(&v, kv * 2));
+    fill_bf16(k, kv);
+    fill_bf16(v, kv);
+    CK(cudaMalloc(&k8, size_t(rows) * Hkv * (D + 4)));
+    CK(cudaMalloc(&v8, size_t(rows) * Hkv * (D + 4)));
+    CK(cudaMalloc(&frows, kv * 4));
+    fill_bf16(reinterpret_cast<uint16_t*>(frows), kv * 2);
+    CK(cudaMalloc(&q, B * H * D * 4));
+    CK(cudaMemset(q, 0x3c, B * H * D * 4));
+    CK(cudaMalloc(&out, B * H * D * 2));
+    CK(cudaMalloc(&dpos, B * 4));
+    CK(cudaMalloc(&drt, B * 4));
+    CK(cudaMalloc(&dtab, tables.size() * 4));
+    CK(cudaMalloc(&dslots, rows * 4));
+    CK(cudaMemcpy(dpos, pos.data(), B * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(drt, row_table.data(), B * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dtab, tables.data(), tables.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dslots, slots.data(), rows * 4, cudaMemcpyHostToDevice));
+    CK(bc::kv_write_fp8(frows, frows, dslots, rows, Hkv, D, bs, k8, v8, nullptr));
+    const size_t wsb = bc::attention_workspace_bytes(B, H, D, max_pos);
+    CK(cudaMalloc(&ws, wsb));
+    bc::AttnArgs a;
+    a.q = q, a.out = out, a.T = B, a.H = H, a.Hkv = Hkv, a.D = D, a.scale = 0.088f;
+    a.pos = dpos, a.tables = dtab, a.row_table = drt, a.table_stride = stride;
+    a.block_size = bs, a.max_pos = max_pos - 1;
+    a.workspace = ws, a.workspace_bytes = wsb;
+    for (bool f8 : {false, true}) {
+      a.k = f8 ? nullptr : k, a.v = f8 ? nullptr : v;
+      a.k8 = f8 ? k8 : nullptr, a.v8 = f8 ? v8 : nullptr;
+      const double bytes = 2.0 * seen * double(Hkv) * double(f8 ? D + 4 : 2 * D);
+      a.rows_own_seq = true;
+      for (const auto& [sk, name] :
+           {std::pair{bc::SplitKernel::Auto, "auto"}, std::pair{bc::SplitKernel::Chunk4, "chunk4"},
+            std::pair{bc::SplitKernel::Walk4, "walk4"},
+            std::pair{bc::SplitKernel::Warp1, "warp1"}}) {
+        bc::set_attention_split_kernel(sk);
+        const double ms = time_ms([&](int) { CK(bc::attention(a, nullptr)); }, 5, 100);
+        const double gbs = bytes / (ms * 1e-3) / 1e9;
+        std::printf("%-10s %6lld %6d %-4s %-7s %9.2f us %7.0f GB/s %5.1f%%\n", "attn-batch",
+                    (long long)B, 512, f8 ? "fp8" : "bf16", name, ms * 1e3, gbs,
+                    100.0 * gbs / copy_gbs);
+      }
+      // Warp1 and Walk4 with the chunks of a (KV head, tile) shared by g groups (Auto: as many
+      // as fit on the chip at once).
+      for (const auto& [sk, name] :
+           {std::pair{bc::SplitKernel::Walk4, "walk4"}, std::pair{bc::SplitKernel::Warp1, "warp1"}})
+        for (int64_t g : {1, 2, 4, 8, 16}) {
+          bc::set_attention_split_kernel(sk, g);
+          const double ms = time_ms([&](int) { CK(bc::attention(a, nullptr)); }, 5, 100);
+          const double gbs = bytes / (ms * 1e-3) / 1e9;
+          std::printf("%-10s %6lld %6d %-4s %-5s g%-2lld %8.2f us %7.0f GB/s %5.1f%%\n",
+                      "attn-batch", (long long)B, 512, f8 ? "fp8" : "bf16", name, (long long)g,
+                      ms * 1e3, gbs, 100.0 * gbs / copy_gbs);
+        }
+      bc::set_attention_split_kernel(bc::SplitKernel::Auto);
+    }
+    for (void* p : {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(k8),
+                    static_cast<void*>(v8), static_cast<void*>(frows), static_cast<void*>(q),
+                    static_cast<void*>(out), static_cast<void*>(dpos), static_cast<void*>(drt),
+                    static_cast<void*>(dtab), static_cast<void*>(dslots), static_cast<void*>(ws)})
+      CK(cudaFree(p));
+  }
+}
+
 int main(int argc, char** argv) {
   const auto devs = bc::cuda_devices();
   if (devs.empty()) {
@@ -449,6 +543,10 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::string(argv[1]) == "hybrid") {
     bench_hybrid();
+    return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "attn-batch") {
+    bench_batch_decode_attention(measure_copy_gbs());
     return 0;
   }
   if (argc > 1 && std::string(argv[1]) == "scaled") {
@@ -700,6 +798,7 @@ int main(int argc, char** argv) {
       CK(cudaFree(out));
       CK(cudaFree(ws));
     }
+  bench_batch_decode_attention(copy_gbs);
   if (!attn_only) bench_hybrid();
   return 0;
 }

@@ -1515,10 +1515,15 @@ cudaError_t launch_mma(const AttnArgs& a, cudaStream_t s, AttnKernel k) {
   // Chunk4 / Walk4 / Warp1): bf16 cache 17.0 / 16.8 / 18.8 at context 512, 21.3 / 22.9 / 24.0
   // at 4,096, 101.4 / 83.8 / 80.5 at 32K; FP8 cache 18.0 / 18.1 / 21.7, 28.6 / 24.5 / 28.2,
   // 119.4 / 100.2 / 96.4.
-  const SplitKernel sk = g_split_kernel != SplitKernel::Auto ? g_split_kernel
-                         : max_chunks > kSplit4MaxChunks     ? SplitKernel::Warp1
-                         : F8                                ? SplitKernel::Walk4
-                                                             : SplitKernel::Chunk4;
+  // A serving decode step of more than one tile a KV head (over 16 / G sequences), H100,
+  // `bench_cuda_kernels attn-batch` (sequences at 512-600 positions), µs, Auto's choice below
+  // against Warp1: bf16 cache 16 sequences 43.8 / 40.4, 64 sequences 114.0 / 99.7; FP8 56.1 / 46.1,
+  // 125.0 / 111.3.
+  const bool batch = a.rows_own_seq && n_tiles > 1;
+  const SplitKernel sk = g_split_kernel != SplitKernel::Auto      ? g_split_kernel
+                         : max_chunks > kSplit4MaxChunks || batch ? SplitKernel::Warp1
+                         : F8                                     ? SplitKernel::Walk4
+                                                                  : SplitKernel::Chunk4;
   // Walk4 and Warp1: as many groups of chunks a (KV head, tile) as fit on the chip at once (228 KB
   // of shared memory an SM, 1 KB of it reserved a block), so each block walks its chunks with
   // the next copies in flight; Chunk4: a group a chunk.

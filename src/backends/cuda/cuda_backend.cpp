@@ -335,6 +335,7 @@ class CudaBackend final : public Backend {
       max_pos = std::max(max_pos, r.pos[t]);
     }
     stride_ = int64_t(pow2_at_least(uint64_t(max_blocks)));
+    row_per_seq_ = r.T > 1 && seqs.size() == size_t(r.T);
     // Bucketed so a recorded pass serves every context up to the bucket.
     max_pos_ = int64_t(pow2_at_least(uint64_t(max_pos / kAttnChunk + 1))) * kAttnChunk - 1;
     // [ids | positions | cache slots | row → table | tables (seqs × stride) | state slots |
@@ -391,7 +392,7 @@ class CudaBackend final : public Backend {
     }
     uint64_t k = key;
     for (uint64_t v : {uint64_t(T_), uint64_t(stride_), uint64_t(max_pos_), mem_generation_,
-                       uint64_t(block_size_)})
+                       uint64_t(block_size_), uint64_t(row_per_seq_)})
       k = (k ^ v) * 0x100000001b3ull;
     auto it = graphs_.find(k);
     if (it != graphs_.end() && it->second.exec) {
@@ -718,6 +719,7 @@ class CudaBackend final : public Backend {
     c.table_stride = stride_;
     c.block_size = a.block_size;
     c.max_pos = max_pos_;
+    c.rows_own_seq = opt_.attn_batch_hint && row_per_seq_;
     // The split kernel's workspace grows with T × context: only passes that may take it
     // (cuda::attention's Auto choice, or a recipe's split) get one; the others run the fused
     // kernel (same bits).
@@ -979,6 +981,7 @@ class CudaBackend final : public Backend {
   // The current pass.
   int64_t T_ = 0, stride_ = 1, max_pos_ = 0, block_size_ = 0;
   std::vector<int32_t> row_table_h_;
+  bool row_per_seq_ = false;  // begin_pass: T > 1 rows, each a sequence of its own
   int32_t* pinned_ = nullptr;
   cudaEvent_t meta_copied_ = nullptr;  // recorded after the pinned rows' copy (begin_pass)
   int32_t* meta_ = nullptr;
@@ -1022,6 +1025,8 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& opt) {
     o.scaled_group = false;
   if (const char* p = std::getenv("BASALT_CUDA_SCALED_SWIGLU"); p && std::string(p) == "0")
     o.scaled_swiglu = false;
+  if (const char* p = std::getenv("BASALT_CUDA_ATTN_BATCH"); p && std::string(p) == "0")
+    o.attn_batch_hint = false;
   if (const char* p = std::getenv("BASALT_CUDA_ATTN"))
     o.attn_kernel = static_cast<uint8_t>(attention_kernel_named(p));
   return std::make_unique<CudaBackend>(o);

@@ -38,6 +38,10 @@ struct CudaOptions {
   // BASALT_CUDA_SCALED_SWIGLU=0.
   bool scaled_group = true;
   bool scaled_swiglu = true;
+  // Attention of a pass whose rows are each a sequence of its own (a serving decode step) is
+  // told so (AttnArgs::rows_own_seq: Auto's split kernel; the same bits). Off, for A/B
+  // measurement, with BASALT_CUDA_ATTN_BATCH=0.
+  bool attn_batch_hint = true;
   // Benchmarks: passes of more than 64 rows whose attention plan is Auto run this kernel
   // instead of Auto's (BlockWGPV; Block on an FP8 cache):
   // BASALT_CUDA_ATTN=auto|fused|block|blockwg|blockwgpv (another value: make_cuda_backend

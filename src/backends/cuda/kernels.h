@@ -313,6 +313,9 @@ struct AttnArgs {
   // then the f32 scales [block_size, Hkv] (ops/backend.h AttentionArgs).
   const uint8_t* k8 = nullptr;
   const uint8_t* v8 = nullptr;
+  // A hint, never the bits: every row is a sequence of its own (a serving decode step). Auto's
+  // split kernel for such passes of more than one tile a KV head is Warp1 (see attention()).
+  bool rows_own_seq = false;
 };
 constexpr int64_t kAttnFoldCounters = 256;  // KV heads a folded split pass may have
 // Auto splits over the KV chunks only when fewer (row, head) warps than this would fill the chip
