@@ -3,7 +3,7 @@
 # (`bench_cuda_kernels attn-batch`: Auto told the rows are sequences of their own, and each Split
 # kernel), then for llama-3.1-8b bf16 (MODEL) decode steps of 64 sequences (`basalt bench
 # --batch 64`) with the batch hint off and on alternating (BASALT_CUDA_ATTN_BATCH=0 / 1; ROUNDS,
-# default 2), the per-op profile of each, `serve` under bench/serve_load.py at STREAMS (default
+# default 2), the per-op profile of each (PROFILE=0: not), `serve` under bench/serve_load.py at STREAMS (default
 # 1,8,32,64; 400-word prompts, 256 tokens out, then the repeated 1,980-word system prompt), and
 # last the GPU suites (SKIP_TESTS=1: not). Results in $OUT.
 . "$(dirname "$0")/session_common.sh"
@@ -19,7 +19,7 @@ for r in $(seq ${ROUNDS:-2}); do
     grep -E "sequences together|^ +512" "$OUT/batch64.txt" | tail -n 2
   done
 done
-for e in $SETS; do
+[ "${PROFILE:-1}" = 1 ] && for e in $SETS; do
   env $e BASALT_CUDA_PROFILE=1 timeout 120 $B/basalt bench -m $M --device cuda -p 512 -n 8 -r 1 \
     --batch 64 > "$OUT/profile_batch_${e##*=}.txt" 2>&1
   echo "== $e per-op (T<=64)"
