@@ -565,18 +565,23 @@ struct DevScaled {
   }
 };
 
+// w (checkpoint layout, on the device) rewritten in the wgmma layout by scaled_to_wg into
+// `blobs` (allocated here): the weight that reads them.
+bc::ScaledWeight to_wg(const bc::ScaledWeight& w, std::unique_ptr<Dev<uint8_t>>& blobs) {
+  blobs = std::make_unique<Dev<uint8_t>>(bc::scaled_wg_bytes(w.format, w.N, w.K));
+  CK(bc::scaled_to_wg(w, blobs->p, nullptr));
+  bc::ScaledWeight ww = w;
+  ww.wg = true, ww.data = blobs->p;
+  if (w.format == bc::ScaledFormat::NVFP4) ww.scales = nullptr;
+  return ww;
+}
+
 // A scaled weight in the wgmma layout on the device (scaled_to_wg of d's).
 struct DevScaledWg {
   DevScaled d;
   std::unique_ptr<Dev<uint8_t>> blobs;
   bc::ScaledWeight w;
-  explicit DevScaledWg(const HostScaled& h) : d(h) {
-    blobs = std::make_unique<Dev<uint8_t>>(bc::scaled_wg_bytes(h.fmt, h.N, h.K));
-    CK(bc::scaled_to_wg(d.w, blobs->p, nullptr));
-    w = d.w;
-    w.wg = true, w.data = blobs->p;
-    if (h.fmt == bc::ScaledFormat::NVFP4) w.scales = nullptr;
-  }
+  explicit DevScaledWg(const HostScaled& h) : d(h), w(to_wg(d.w, blobs)) {}
 };
 
 // The wgmma layout's one-launch forms against matmul_scaled per weight (the wgmma-layout kernel
@@ -736,10 +741,7 @@ void test_matmul_scaled(bc::ScaledFormat fmt, int64_t N, int64_t K, int64_t B = 
   std::unique_ptr<Dev<uint8_t>> wq;
   bc::ScaledWeight ww = d.w;
   if (wgl) {
-    wq = std::make_unique<Dev<uint8_t>>(bc::scaled_wg_bytes(fmt, N, K));
-    CK(bc::scaled_to_wg(d.w, wq->p, nullptr));
-    ww.wg = true, ww.data = wq->p;
-    if (fmt == bc::ScaledFormat::NVFP4) ww.scales = nullptr;
+    ww = to_wg(d.w, wq);
     std::vector<uint16_t> shifted(inner.size());
     for (size_t i = 0; i < inner.size(); ++i)  // exact: inner is 0 or at least 2^-10
       shifted[i] = f32_to_bf16(std::ldexp(bf16_to_f32(inner[i]), wg_shift));
@@ -941,10 +943,8 @@ void test_matmul_scaled_known() {
     fw.frag = true, fw.data = fq.p, fw.scales = fs.p;
     run_all(fw, want, "matmul_scaled NVFP4 fragment layout");
     // The wgmma layout (the negative scale as above; row 4's zero scale zeroes its codes).
-    Dev<uint8_t> wqm(bc::scaled_wg_bytes(w.format, N, K));
-    CK(bc::scaled_to_wg(w, wqm.p, nullptr));
-    bc::ScaledWeight ww = w;
-    ww.wg = true, ww.data = wqm.p, ww.scales = nullptr;
+    std::unique_ptr<Dev<uint8_t>> wqm;
+    const bc::ScaledWeight ww = to_wg(w, wqm);
     run_all(ww, want, "matmul_scaled NVFP4 wgmma layout");
   }
   // FP8 codes: row 0 k0 1.0 (0x38), k1 -2.0 (0xC0); row 1 k1 2^-9 (0x01); row 2 k16 3.5 (0x46),
@@ -971,10 +971,8 @@ void test_matmul_scaled_known() {
     want[3 * N + 3] = 224.0f;
     run_all(w, want, "matmul_scaled FP8 per-row");
     // The wgmma layout: per row as above, then per tensor with scale 1 (the codes' own values).
-    Dev<uint8_t> wq8(bc::scaled_wg_bytes(w.format, N, K));
-    CK(bc::scaled_to_wg(w, wq8.p, nullptr));
-    bc::ScaledWeight ww = w;
-    ww.wg = true, ww.data = wq8.p;
+    std::unique_ptr<Dev<uint8_t>> wq8;
+    bc::ScaledWeight ww = to_wg(w, wq8);
     run_all(ww, want, "matmul_scaled FP8 per-row wgmma layout");
     ww.format = bc::ScaledFormat::FP8, ww.scales = nullptr, ww.scale = 1.0f;
     want[0 * N + 0] = 1.0f, want[1 * N + 0] = -2.0f;

@@ -425,11 +425,12 @@ class CudaBackend final : public Backend {
   // --- ops ---------------------------------------------------------------------------------
   // The plan of the choices in force (cuda_tune.h): the weight shape's segments, the tiling or
   // scaled path of this T; without choices, the defaults.
+  MatmulPlan plan_of(const WeightRef& w, int64_t T) const {
+    return choices_.empty() ? MatmulPlan{}
+                            : matmul_plan(choices_, kernel_dtype(w), T, w.rows, w.cols);
+  }
   void matmul(const void* x, int64_t T, const WeightRef& w, float* y) override {
-    matmul_run(
-        x, T, w, y,
-        choices_.empty() ? MatmulPlan{} : matmul_plan(choices_, kernel_dtype(w), T, w.rows, w.cols),
-        opt_.fast_prefill);
+    matmul_run(x, T, w, y, plan_of(w, T), opt_.fast_prefill);
   }
   // Decode passes over scaled weights in the wgmma layout whose plans leave the path to Auto or
   // Fused (q / k / v): one launch (matmul_scaled_group: the bits of each weight's matmul_scaled);
@@ -442,9 +443,7 @@ class CudaBackend final : public Backend {
     int64_t kseg[kMax];
     for (int i = 0; i < n; ++i) {
       if (!ref::is_scaled(*w[i])) return false;
-      const MatmulPlan p =
-          choices_.empty() ? MatmulPlan{}
-                           : matmul_plan(choices_, kernel_dtype(*w[i]), T, w[i]->rows, w[i]->cols);
+      const MatmulPlan p = plan_of(*w[i], T);
       if (p.path == ScaledKernel::Dequant) return false;
       sw[i] = scaled_weight(*w[i]);
       kseg[i] = p.kseg;
@@ -470,12 +469,7 @@ class CudaBackend final : public Backend {
     if (!opt_.scaled_group || !opt_.scaled_swiglu || !opt_.fuse || T < 1 || T > 64 ||
         !ref::is_scaled(gate) || !ref::is_scaled(up))
       return false;
-    const MatmulPlan p = choices_.empty()
-                             ? MatmulPlan{}
-                             : matmul_plan(choices_, kernel_dtype(gate), T, gate.rows, gate.cols);
-    const MatmulPlan pu = choices_.empty()
-                              ? MatmulPlan{}
-                              : matmul_plan(choices_, kernel_dtype(up), T, up.rows, up.cols);
+    const MatmulPlan p = plan_of(gate, T), pu = plan_of(up, T);
     if (p.path == ScaledKernel::Dequant || pu.path == ScaledKernel::Dequant || p.kseg != pu.kseg)
       return false;
     const ScaledWeight sg = scaled_weight(gate), su = scaled_weight(up);
@@ -501,9 +495,7 @@ class CudaBackend final : public Backend {
     if (scaled_group(x, T, n, w, y)) return;
     bool one = n > 1 && n <= kMax && T >= 1 && T <= 64 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
     for (int i = 0; one && i < n; ++i) {
-      plans[i] = choices_.empty()
-                     ? MatmulPlan{}
-                     : matmul_plan(choices_, kernel_dtype(*w[i]), T, w[i]->rows, w[i]->cols);
+      plans[i] = plan_of(*w[i], T);
       one = !ref::is_scaled(*w[i]) && w[i]->cols == w[0]->cols &&
             reinterpret_cast<uintptr_t>(w[i]->data) % 16 == 0 &&
             (plans[i].tiling == MatmulKernel::Auto || plans[i].tiling == MatmulKernel::RowsTMA);
@@ -536,9 +528,7 @@ class CudaBackend final : public Backend {
   void matmul_swiglu(const void* x, int64_t T, const WeightRef& gate, const WeightRef& up, float* g,
                      float* u, void* out) override {
     if (scaled_swiglu(x, T, gate, up, out)) return;
-    const MatmulPlan p = choices_.empty()
-                             ? MatmulPlan{}
-                             : matmul_plan(choices_, kernel_dtype(gate), T, gate.rows, gate.cols);
+    const MatmulPlan p = plan_of(gate, T);
     const bool rows = T <= 64;
     const bool tiling_ok = rows
                                ? p.tiling == MatmulKernel::Auto || p.tiling == MatmulKernel::RowsTMA

@@ -1131,8 +1131,8 @@ GroupPlan plan_group(G& g, const int* part_rows, size_t need_ws, int T, void* ws
   return {items, any_segs && !split};
 }
 
-// The tokens' box of a RowsTMA launch: the smallest of 8, 16, 32 and 64 rows that holds T
-// (T <= 64); f(std::integral_constant<int, NT>).
+// The tokens' box of a RowsTMA or wgmma-layout launch: the smallest of 8, 16, 32 and 64 rows that
+// holds T (T <= 64); f(std::integral_constant<int, NT>).
 template <typename F>
 cudaError_t rows_tma_nt(int T, F&& f) {
   if (T <= 8) return f(std::integral_constant<int, 8>{});
@@ -2866,8 +2866,9 @@ __global__ void __launch_bounds__(160, NT <= 16 ? 3 : 2)
     matmul_wg_kernel(const __grid_constant__ CUtensorMap tx, const WgGroup g, int T, int K,
                      int* __restrict__ counters, bf16_bits* __restrict__ out) {
   using C = WgDecCfg<F, NT, STAGES>;
-  // Weight gi's fields, read with constant indices (a dynamic index copies to local memory).
-  int item0 = 0, tile0 = 0, gi = 0;
+  // The fields of the block's weight, read with constant indices (a dynamic index copies to local
+  // memory).
+  int item0 = 0, tile0 = 0;
   int N = g.N[0], segs = g.segs[0], seg_tiles = g.seg_tiles[0], blocks = g.blocks[0];
   const uint8_t* blobs = g.blobs[0];
   float* y = g.y[0];
@@ -2877,12 +2878,11 @@ __global__ void __launch_bounds__(160, NT <= 16 ? 3 : 2)
 #pragma unroll
     for (int i = 1; i < kMaxGroup; ++i)
       if (i < g.n && int(blockIdx.x) >= g.item_end[i - 1]) {
-        gi = i, item0 = g.item_end[i - 1], tile0 += g.blocks[i - 1];
+        item0 = g.item_end[i - 1], tile0 += g.blocks[i - 1];
         N = g.N[i], segs = g.segs[i], seg_tiles = g.seg_tiles[i], blocks = g.blocks[i];
         blobs = g.blobs[i], y = g.y[i], part = g.part[i], epi = g.epi[i];
       }
   }
-  (void)gi;
   const int item = int(blockIdx.x) - item0, z = item / blocks, blk = item % blocks;
   const bool split = part != nullptr;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -3054,26 +3054,26 @@ cudaError_t launch_wg_group(WgGroup g, const bf16_bits* x, int T, int K, const i
                     T, K, static_cast<int*>(ws), out);
 }
 
-// The tokens' box of a wgmma-layout launch: NT of 8, 16, 32, 64 (the smallest that holds T).
+// The tokens' box of a wgmma-layout launch (rows_tma_nt's: the smallest of 8, 16, 32, 64 rows
+// that holds T).
 template <SFmt F, bool SWIGLU>
 cudaError_t launch_wg_nt(const WgGroup& g, const bf16_bits* x, int T, int K, const int* part_rows,
                          size_t need_ws, bf16_bits* out, cudaStream_t s, void* ws,
                          size_t ws_bytes) {
-  if (T <= 8)
-    return launch_wg_group<F, 8, SWIGLU>(g, x, T, K, part_rows, need_ws, out, s, ws, ws_bytes);
-  if (T <= 16)
-    return launch_wg_group<F, 16, SWIGLU>(g, x, T, K, part_rows, need_ws, out, s, ws, ws_bytes);
-  if (T <= 32)
-    return launch_wg_group<F, 32, SWIGLU>(g, x, T, K, part_rows, need_ws, out, s, ws, ws_bytes);
-  return launch_wg_group<F, 64, SWIGLU>(g, x, T, K, part_rows, need_ws, out, s, ws, ws_bytes);
+  return rows_tma_nt(T, [&](auto nt) {
+    return launch_wg_group<F, decltype(nt)::value, SWIGLU>(g, x, T, K, part_rows, need_ws, out, s,
+                                                           ws, ws_bytes);
+  });
 }
 
-// The factor of a wgmma-layout weight's epilogue (matmul_scaled's).
-Epi wg_epi(const ScaledWeight& w) {
+// The factor of a scaled weight's epilogue: its per-row scales (FP8Rows) and per-tensor scale,
+// times 2^kInnerShift for NVFP4 in the wgmma layout, whose inner values are scaled down by it
+// (nvfp4_wg.h).
+Epi scaled_epi(const ScaledWeight& w) {
   Epi epi;
   epi.rows = w.format == ScaledFormat::FP8Rows ? static_cast<const float*>(w.scales) : nullptr;
-  epi.scale = w.format == ScaledFormat::NVFP4 ? w.scale * float(1 << wg::kInnerShift)
-                                              : w.scale;  // (nvfp4_wg.h)
+  epi.scale =
+      w.wg && w.format == ScaledFormat::NVFP4 ? w.scale * float(1 << wg::kInnerShift) : w.scale;
   epi.on = 1;
   return epi;
 }
@@ -3095,7 +3095,7 @@ cudaError_t launch_wg_weights(int n, const ScaledWeight* w, const bf16_bits* x, 
     const SegPlan sp = seg_plan(w[i].K, kseg[i], wg::kStageK);
     g.segs[i] = sp.segs, g.seg_tiles[i] = sp.seg_tiles;
     g.y[i] = y[i];
-    g.epi[i] = wg_epi(w[i]);
+    g.epi[i] = scaled_epi(w[i]);
   }
   return launch_wg_nt<F, false>(g, x, T, int(w[0].K), part_rows,
                                 group_workspace_bytes(T, n, N, w[0].K, kseg), nullptr, s, ws,
@@ -3230,11 +3230,7 @@ cudaError_t matmul_scaled(const bf16_bits* x, int64_t T, const ScaledWeight& w, 
   const bool fused_ok = T <= 64 && matmul_scaled_fused_ok(w);
   if (kernel == ScaledKernel::Auto) kernel = fused_ok ? ScaledKernel::Fused : ScaledKernel::Dequant;
   if (kernel == ScaledKernel::Fused && !fused_ok) return cudaErrorInvalidValue;
-  Epi epi;
-  epi.rows = w.format == ScaledFormat::FP8Rows ? static_cast<const float*>(w.scales) : nullptr;
-  epi.scale = w.wg && w.format == ScaledFormat::NVFP4 ? w.scale * float(1 << wg::kInnerShift)
-                                                      : w.scale;  // (nvfp4_wg.h)
-  epi.on = 1;
+  const Epi epi = scaled_epi(w);
   if (kernel == ScaledKernel::Fused && w.wg)
     return launch_wg(w, x, int(T), y, kseg, s, workspace, workspace_bytes);
   if (kernel == ScaledKernel::Fused && w.frag)
@@ -3337,7 +3333,7 @@ cudaError_t matmul_scaled_swiglu(const bf16_bits* x, int64_t T, const ScaledWeig
   g.N[0] = int(gate.N);
   const SegPlan sp = seg_plan(gate.K, ks[0], wg::kStageK);
   g.segs[0] = sp.segs, g.seg_tiles[0] = sp.seg_tiles;
-  g.epi[0] = wg_epi(gate), g.epi[1] = wg_epi(up);
+  g.epi[0] = scaled_epi(gate), g.epi[1] = scaled_epi(up);
   const int part_rows[1] = {wg::kBlockRows * g.blocks[0]};
   const size_t need = rows_swiglu_workspace_bytes(T, gate.N, gate.K, ks[0]);
   return wg_kernel_format(gate) == SFmt::NVFP4
